@@ -1,0 +1,28 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   - install kproxy in .venv, then run `kproxy demo` on the embedded broker
+#   make test   - install kproxy, the test tools and the system packages, then run the tests
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test install system-packages bench
+
+$(BIN)/kproxy: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[all]'
+	touch $@
+
+install: $(BIN)/kproxy
+
+system-packages:
+	scripts/install-system-packages.sh
+
+demo: install
+	$(BIN)/kproxy demo $(ARGS)
+
+bench: install
+	$(BIN)/kproxy bench $(ARGS)
+
+test: install system-packages
+	scripts/run-tests.sh $(ARGS)

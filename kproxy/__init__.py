@@ -1,0 +1,3 @@
+"""kproxy: a Kafka protocol proxy and fault-injection gateway."""
+
+__version__ = "0.1.0"

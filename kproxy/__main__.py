@@ -1,0 +1,3 @@
+from kproxy.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Sans-IO fault rules: YAML models, matchers, schedules and decisions."""

@@ -1,0 +1,1 @@
+"""The trio shell: listeners, per-connection pumps, delayed and ghost delivery, admin HTTP."""

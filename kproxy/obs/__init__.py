@@ -1,0 +1,1 @@
+"""Observability: metrics (declared once), logging, trace schema and writer."""

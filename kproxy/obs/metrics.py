@@ -1,0 +1,222 @@
+"""Every kproxy metric, declared once.
+
+Naming follows Prometheus practice: `kproxy_` prefix, base units (seconds,
+bytes), `_total` for counters. Labels come only from bounded sets: api names
+(from the protocol's API key table), direction, side, action, rule ids and
+phase names (from the loaded rule file), error names (Kafka's error table),
+hazard kinds and close reasons (enumerated below). Never a client id, topic or
+correlation id.
+
+Metrics live in their own registry so several proxies can run in one process
+(tests) without colliding; `/metrics` serves this registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+DIRECTIONS = ("request", "response")
+SIDES = ("client", "upstream")
+PENDING_STATES = ("in_flight", "delayed", "held", "ghost")
+HAZARD_KINDS = ("stale_end_txn", "late_produce", "fenced")
+CLOSE_REASONS = (
+    "client_closed",
+    "upstream_closed",
+    "upstream_unreachable",
+    "frame_too_large",
+    "negative_length",
+    "truncated_frame",
+    "undecodable",
+    "fault_disconnect",
+    "proxy_shutdown",
+    "error",
+)
+TRACE_OUTCOMES = ("written", "dropped")
+RELOAD_RESULTS = ("accepted", "refused")
+
+# Latency buckets: the proxy adds tens of microseconds, brokers take ms, faults take seconds.
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+
+frames = Counter(
+    "kproxy_frames_total",
+    "Kafka frames that crossed the proxy, by API and direction (request or response).",
+    ["api", "direction"],
+    registry=REGISTRY,
+)
+bytes_ = Counter(
+    "kproxy_bytes_total",
+    "Bytes that crossed the proxy, by direction (request: client to broker; response: broker to client).",
+    ["direction"],
+    registry=REGISTRY,
+)
+client_latency = Histogram(
+    "kproxy_client_request_duration_seconds",
+    "Time from a request arriving from the client to its response being sent back, as the client sees it.",
+    ["api"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+upstream_latency = Histogram(
+    "kproxy_upstream_request_duration_seconds",
+    "Time from a request being sent to the broker to its response arriving.",
+    ["api"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+connections_open = Gauge(
+    "kproxy_connections_open",
+    "Open connections, by side (client: clients to the proxy; upstream: proxy to brokers).",
+    ["side"],
+    registry=REGISTRY,
+)
+connections_opened = Counter(
+    "kproxy_connections_opened_total",
+    "Connections opened, by side.",
+    ["side"],
+    registry=REGISTRY,
+)
+connections_closed = Counter(
+    "kproxy_connections_closed_total",
+    "Connections closed, by side and reason.",
+    ["side", "reason"],
+    registry=REGISTRY,
+)
+protocol_errors = Counter(
+    "kproxy_protocol_errors_total",
+    "Malformed input that made the proxy close a connection, by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+pending_requests = Gauge(
+    "kproxy_pending_requests",
+    "Requests the proxy holds right now: in flight to the broker, delayed, held until an event, or ghost (delivered after the client left).",
+    ["state"],
+    registry=REGISTRY,
+)
+ghost_deliveries = Counter(
+    "kproxy_ghost_deliveries_total",
+    "Requests delivered over the proxy's own upstream connection (late duplicates, deliveries after the client hung up).",
+    registry=REGISTRY,
+)
+response_errors = Counter(
+    "kproxy_response_errors_total",
+    "Non-zero error codes seen in responses, by API and Kafka error name.",
+    ["api", "error"],
+    registry=REGISTRY,
+)
+faults_applied = Counter(
+    "kproxy_faults_applied_total",
+    "Fault actions applied, by rule id and action.",
+    ["rule", "action"],
+    registry=REGISTRY,
+)
+rules_loaded = Gauge(
+    "kproxy_rules_loaded",
+    "Rules currently loaded, by state (enabled or disabled).",
+    ["state"],
+    registry=REGISTRY,
+)
+rule_reloads = Counter(
+    "kproxy_rule_reloads_total",
+    "Rule file reloads, by result (accepted or refused).",
+    ["result"],
+    registry=REGISTRY,
+)
+schedule_phase = Gauge(
+    "kproxy_schedule_phase_active",
+    "1 for the schedule phase now active, 0 for the others.",
+    ["phase"],
+    registry=REGISTRY,
+)
+txn_producers = Gauge(
+    "kproxy_txn_producers",
+    "Transactional producers the tracker knows.",
+    registry=REGISTRY,
+)
+txn_open = Gauge(
+    "kproxy_txn_open_transactions",
+    "Transactions open right now, by side (client: as requests arrive; broker: as they are delivered).",
+    ["side"],
+    registry=REGISTRY,
+)
+txn_started = Counter(
+    "kproxy_txn_transactions_total",
+    "Synthetic transaction numbers opened, by side (client or broker).",
+    ["side"],
+    registry=REGISTRY,
+)
+txn_ended = Counter(
+    "kproxy_txn_end_txn_total",
+    "EndTxn requests delivered to the broker, by outcome asked for (commit or abort).",
+    ["result"],
+    registry=REGISTRY,
+)
+txn_hazards = Counter(
+    "kproxy_txn_hazards_total",
+    "Requests delivered while their client-side transaction number differed from the broker-side one, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+guard_refusals = Counter(
+    "kproxy_guard_refusals_total",
+    "Hazardous requests guard mode refused to deliver, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+trace_queue_depth = Gauge(
+    "kproxy_trace_queue_depth",
+    "Trace events accepted but not yet written.",
+    registry=REGISTRY,
+)
+trace_events = Counter(
+    "kproxy_trace_events_total",
+    "Trace events, by outcome (written, or dropped when the queue was full in drop mode).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+trace_wait = Counter(
+    "kproxy_trace_backpressure_seconds_total",
+    "Time the proxy waited for room in the trace queue (backpressure mode).",
+    registry=REGISTRY,
+)
+
+
+def initialise_label_sets() -> None:
+    """Create every series of the bounded label sets at zero.
+
+    A dashboard query over a series that has never been touched returns no
+    data; pre-creating the children makes "zero" visible as zero.
+    """
+    for direction in DIRECTIONS:
+        bytes_.labels(direction)
+    for side in SIDES:
+        connections_open.labels(side)
+        connections_opened.labels(side)
+        for reason in CLOSE_REASONS:
+            connections_closed.labels(side, reason)
+    for reason in CLOSE_REASONS:
+        protocol_errors.labels(reason)
+    for state in PENDING_STATES:
+        pending_requests.labels(state)
+    for kind in HAZARD_KINDS:
+        txn_hazards.labels(kind)
+        guard_refusals.labels(kind)
+    for side in ("client", "broker"):
+        txn_open.labels(side)
+        txn_started.labels(side)
+    for result in ("commit", "abort"):
+        txn_ended.labels(result)
+    for outcome in TRACE_OUTCOMES:
+        trace_events.labels(outcome)
+    for result in RELOAD_RESULTS:
+        rule_reloads.labels(result)
+    for state in ("enabled", "disabled"):
+        rules_loaded.labels(state)
+
+
+initialise_label_sets()

@@ -1,0 +1,132 @@
+"""The trace event schema, defined once.
+
+The trace writer (kproxy.obs.trace) emits events with exactly these fields;
+the Spark jobs (spark/) read traces with `spark_schema()`, built from the same
+definition. docs/traces.md describes each field. Bump SCHEMA_VERSION on any
+change that is not a pure addition of a nullable field.
+
+Types are a tiny neutral vocabulary so this module imports nothing heavy:
+"string", "long", "int", "double", "boolean", ("array", T) and
+("struct", FIELDS) where FIELDS is a tuple of Field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: Any
+    doc: str
+
+
+ABORTED_TXN = (
+    Field("producer_id", "long", "producer whose transaction was aborted"),
+    Field("first_offset", "long", "first offset of the aborted transaction"),
+)
+
+RECORD = (
+    Field("offset", "long", "absolute offset; null in a Produce request (not assigned yet)"),
+    Field("key", "string", "record key: UTF-8 text, or 'b64:' + base64 when not valid UTF-8; null if none"),
+    Field("value", "string", "record value, encoded like key"),
+    Field("control", "string", "'commit' or 'abort' for a control record (transaction marker), else null"),
+    Field("producer_id", "long", "producer id of the record's batch"),
+    Field("producer_epoch", "int", "producer epoch of the record's batch"),
+    Field("sequence", "int", "base sequence + offset delta (idempotent producers), else -1"),
+    Field("transactional", "boolean", "the record's batch is transactional"),
+)
+
+PARTITION = (
+    Field("topic", "string", "topic name (or topic id as text when only the id is on the wire)"),
+    Field("partition", "int", "partition index"),
+    Field("error_code", "int", "partition error code (responses)"),
+    Field("base_offset", "long", "Produce response: offset assigned to the first record"),
+    Field("high_watermark", "long", "Fetch response: high watermark"),
+    Field("last_stable_offset", "long", "Fetch response: last stable offset"),
+    Field("log_start_offset", "long", "log start offset where the response carries it"),
+    Field("aborted_transactions", ("array", ("struct", ABORTED_TXN)), "Fetch response: aborted transactions list"),
+    Field("compression", "string", "codec of the first batch: none, gzip, snappy, lz4, zstd"),
+    Field("records", ("array", ("struct", RECORD)), "records, decompressed, with absolute offsets where known"),
+)
+
+EVENT = (
+    Field("schema_version", "int", "SCHEMA_VERSION of the writer"),
+    Field("wall_time", "double", "Unix time in seconds when the event happened"),
+    Field("mono_ns", "long", "monotonic clock in nanoseconds (orders events of one proxy process)"),
+    Field("proxy_id", "string", "id of the proxy instance (random per process unless set)"),
+    Field("conn_id", "long", "client connection id, unique within a proxy instance; ghost deliveries use their own"),
+    Field("client_addr", "string", "client host:port"),
+    Field("broker_id", "int", "upstream broker node id the connection is bound to (-1: bootstrap)"),
+    Field("direction", "string", "'request' (client to broker) or 'response' (broker to client)"),
+    Field("api", "string", "API name, e.g. produce, fetch, end_txn"),
+    Field("api_key", "int", "API key"),
+    Field("api_version", "int", "API version"),
+    Field("correlation_id", "int", "the client's correlation id (the proxy's own on ghost deliveries)"),
+    Field("client_id", "string", "client id from the request header"),
+    Field("size", "long", "frame size in bytes, without the 4-byte length prefix"),
+    Field("latency_ms", "double", "responses: time from request arrival to response sent to client"),
+    Field("upstream_latency_ms", "double", "responses: time from delivery to the broker to its response"),
+    Field("error_code", "int", "responses: first non-zero error code found, else 0"),
+    Field("error_codes", ("array", "int"), "responses: every distinct non-zero error code found"),
+    Field("transactional_id", "string", "transactional id, when the request carries or implies one"),
+    Field("producer_id", "long", "producer id, when known"),
+    Field("producer_epoch", "int", "producer epoch, when known"),
+    Field("txn_client", "long", "client-side synthetic transaction number at arrival"),
+    Field("txn_broker", "long", "broker-side synthetic transaction number at delivery"),
+    Field("hazard", "string", "hazard kind at delivery: stale_end_txn, late_produce, fenced; else null"),
+    Field("end_txn_commit", "boolean", "EndTxn: true for commit, false for abort"),
+    Field("rule", "string", "id of the fault rule applied, else null"),
+    Field("action", "string", "fault action applied, else null"),
+    Field("outcome", "string", "delivered, delayed, held, duplicated, dropped, answered (by the proxy), refused (guard), ghost, rewritten"),
+    Field("copy", "int", "0 for the original; 1..n for duplicates delivered by the proxy"),
+    Field("partitions", ("array", ("struct", PARTITION)), "level 'records': per-partition records and offsets; else null"),
+)
+
+FIELD_NAMES = tuple(f.name for f in EVENT)
+
+
+def _spark_type(t: Any):  # noqa: ANN202 - pyspark imported lazily
+    from pyspark.sql import types as T
+
+    simple = {
+        "string": T.StringType(),
+        "long": T.LongType(),
+        "int": T.IntegerType(),
+        "double": T.DoubleType(),
+        "boolean": T.BooleanType(),
+    }
+    if isinstance(t, str):
+        return simple[t]
+    kind, inner = t
+    if kind == "array":
+        return T.ArrayType(_spark_type(inner), True)
+    if kind == "struct":
+        return T.StructType([T.StructField(f.name, _spark_type(f.type), True) for f in inner])
+    raise ValueError(f"unknown schema type {t!r}")
+
+
+def spark_schema():  # noqa: ANN201
+    """The explicit Spark schema for reading traces."""
+    return _spark_type(("struct", EVENT))
+
+
+def arrow_schema():  # noqa: ANN201
+    """The same schema as a pyarrow schema (Parquet traces)."""
+    import pyarrow as pa
+
+    simple = {"string": pa.string(), "long": pa.int64(), "int": pa.int32(), "double": pa.float64(), "boolean": pa.bool_()}
+
+    def conv(t: Any):  # noqa: ANN202
+        if isinstance(t, str):
+            return simple[t]
+        kind, inner = t
+        if kind == "array":
+            return pa.list_(conv(inner))
+        return pa.struct([pa.field(f.name, conv(f.type)) for f in inner])
+
+    return pa.schema([pa.field(f.name, conv(f.type)) for f in EVENT])

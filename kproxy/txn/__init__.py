@@ -1,0 +1,1 @@
+"""Sans-IO transaction tracker: synthetic transaction numbers and hazards."""

@@ -1,0 +1,1 @@
+"""Real-client workloads that write a Jepsen-style client history."""

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Debian packages the tests use: kcat (a third real client) and prometheus
+# (the dashboards are checked against a real Prometheus). Java 17 for Spark
+# is expected on the machine; it is installed too if missing.
+set -euo pipefail
+need=()
+command -v kcat >/dev/null || need+=(kcat)
+command -v prometheus >/dev/null || need+=(prometheus)
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+[ ${#need[@]} -eq 0 ] && exit 0
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
+# The Debian package starts a system Prometheus on :9090; the tests run their own.
+$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
