@@ -1,0 +1,492 @@
+"""The trace writer: takes trace events from the proxy and writes them to rotating files.
+
+Threading model. The proxy builds each event as a plain dict (field names from
+kproxy.obs.trace_schema) on the trio thread, on its per-frame hot path, and
+hands it over with `offer()`. Handing over is a length check and a
+`deque.append` (thread-safe in CPython for one producer and one consumer), so
+it costs well under a microsecond and never touches the disk. A plain
+`threading.Thread` owned by the writer wakes every `flush_interval` seconds
+(sooner when the queue is half full or a producer waits for room), drains the
+deque, serialises with orjson (or builds a pyarrow row group) and writes.
+A dedicated thread rather than `trio.to_thread` per batch: one long-lived
+worker keeps the file handle and rotation state in one place and costs no
+thread hand-off per batch.
+
+Durability. Every batch is written with one unbuffered `write()` per line run,
+so when the worker goes back to sleep the kernel has every line of the batch:
+a SIGKILL of the proxy leaves each JSONL file readable up to the last written
+line (readers skip a torn final line; see kproxy.obs.trace_files). Nothing is
+fsynced: surviving a machine crash is not a goal, surviving a killed proxy is.
+
+The deque, not the disk, is the bound: at most `queue_size` events wait. When
+it is full, `on_full` decides: "block" (the default) makes `offer()` return
+False and the caller awaits `put()`, so the proxy slows down rather than lose
+evidence; "drop" counts the event in kproxy_trace_events_total{outcome="dropped"}
+and lets traffic go on at full speed (production taps).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import re
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import trio
+
+from kproxy.obs import metrics
+from kproxy.obs.trace_schema import SCHEMA_VERSION
+
+log = logging.getLogger(__name__)
+
+Level = Literal["headers", "records"]
+Format = Literal["jsonl", "parquet"]
+OnFull = Literal["block", "drop"]
+
+MiB = 1024 * 1024
+
+# Names that are safe in a file name on every platform we care about.
+_PROXY_ID = re.compile(r"^[A-Za-z0-9._]+(?:-[A-Za-z0-9._]+)*$")
+
+# Upper bound on events serialised per write: bounds the worker's memory for
+# one batch independently of queue_size.
+_MAX_BATCH = 4096
+
+
+class TraceWriterError(RuntimeError):
+    """The writer's worker failed (e.g. the disk is full); no more events are accepted."""
+
+
+def trace_file_name(proxy_id: str, started_wall: float, seq: int, fmt: Format) -> str:
+    """`trace-<proxy_id>-<UTC yyyymmddThhmmss>-<seq>.<fmt>`; seq is zero-padded so names sort."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(started_wall))
+    return f"trace-{proxy_id}-{stamp}-{seq:06d}.{fmt}"
+
+
+def _json_default(value: Any) -> Any:
+    # Keys and values are text or "b64:..." by schema; accept raw bytes from a
+    # caller that did not encode them rather than losing the event.
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "b64:" + base64.b64encode(raw).decode("ascii")
+    raise TypeError(f"not serialisable in a trace: {type(value).__name__}")
+
+
+class _Sink:
+    """One output format: opens files lazily, writes batches, rotates."""
+
+    def __init__(self, directory: Path, proxy_id: str, fmt: Format, rotate_bytes: int, rotate_seconds: float) -> None:
+        self.directory = directory
+        self.proxy_id = proxy_id
+        self.fmt = fmt
+        self.rotate_bytes = rotate_bytes
+        self.rotate_seconds = rotate_seconds
+        self.path: Path | None = None
+        self.size = 0
+        self.opened_mono = 0.0
+        self.next_seq = self._first_free_seq()
+        self.files: list[Path] = []
+
+    def _first_free_seq(self) -> int:
+        # A restarted proxy with the same id continues the sequence, so its
+        # files never collide with (or sort before) the previous run's.
+        pattern = re.compile(rf"^trace-{re.escape(self.proxy_id)}-\d{{8}}T\d{{6}}-(\d+)\.(jsonl|parquet)$")
+        seqs = [int(m.group(1)) for p in self.directory.iterdir() if (m := pattern.match(p.name))]
+        return max(seqs, default=-1) + 1
+
+    def _open(self) -> None:
+        name = trace_file_name(self.proxy_id, time.time(), self.next_seq, self.fmt)
+        self.next_seq += 1
+        self.path = self.directory / name
+        self.size = 0
+        self.opened_mono = time.monotonic()
+        self._open_file(self.path)
+        self.files.append(self.path)
+
+    def rotate_if_old(self) -> None:
+        """Time rotation, checked on every wake so an idle file still gets closed (Parquet gets its footer)."""
+        if self.path is not None and time.monotonic() - self.opened_mono >= self.rotate_seconds:
+            self.close()
+
+    def ensure_open(self) -> None:
+        if self.path is not None and (
+            self.size >= self.rotate_bytes or time.monotonic() - self.opened_mono >= self.rotate_seconds
+        ):
+            self.close()
+        if self.path is None:
+            self._open()
+
+    def close(self) -> None:
+        if self.path is not None:
+            self._close_file()
+            self.path = None
+
+    # Format-specific parts.
+    def _open_file(self, path: Path) -> None:
+        raise NotImplementedError
+
+    def _close_file(self) -> None:
+        raise NotImplementedError
+
+    def write(self, events: list[dict]) -> int:
+        """Write and flush a batch; return how many events were written (the rest were unserialisable)."""
+        raise NotImplementedError
+
+
+class _JsonlSink(_Sink):
+    def _open_file(self, path: Path) -> None:
+        # Unbuffered: a write() hands whole lines to the kernel, so the process
+        # holds no half-written line of its own when it is killed. "x": never
+        # overwrite an existing trace.
+        self._file = open(path, "xb", buffering=0)  # noqa: SIM115 - lives until rotation
+
+    def _close_file(self) -> None:
+        self._file.close()
+
+    def write(self, events: list[dict]) -> int:
+        written = 0
+        chunk: list[bytes] = []
+        chunk_size = 0
+        for event in events:
+            try:
+                line = orjson.dumps(event, default=_json_default) + b"\n"
+            except TypeError as exc:
+                log.error("trace event dropped, not serialisable: %s", exc)
+                continue
+            if not chunk:
+                self.ensure_open()
+            chunk.append(line)
+            chunk_size += len(line)
+            written += 1
+            if self.size + chunk_size >= self.rotate_bytes:
+                self._write_chunk(chunk, chunk_size)
+                chunk, chunk_size = [], 0
+        if chunk:
+            self._write_chunk(chunk, chunk_size)
+        return written
+
+    def _write_chunk(self, chunk: list[bytes], size: int) -> None:
+        data = memoryview(b"".join(chunk))
+        while data:  # a regular file takes it in one go; loop for the odd short write
+            n = self._file.write(data)
+            data = data[n:]
+        self.size += size
+
+
+class _ParquetSink(_Sink):
+    def __init__(self, *args: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from kproxy.obs.trace_schema import arrow_schema
+
+        self._pa, self._pq = pa, pq
+        self._schema = arrow_schema()
+        super().__init__(*args)
+
+    def _open_file(self, path: Path) -> None:
+        self._file = open(path, "xb")  # noqa: SIM115 - lives until rotation
+        self._writer = self._pq.ParquetWriter(self._file, self._schema)
+
+    def _close_file(self) -> None:
+        self._writer.close()  # writes the footer: only now is the file readable
+        self._file.close()
+
+    def write(self, events: list[dict]) -> int:
+        rows = self._to_table(events)
+        if rows is None or rows.num_rows == 0:
+            return 0
+        self.ensure_open()
+        # One row group per flush batch.
+        self._writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
+        self._file.flush()
+        self.size = self._file.tell()
+        return rows.num_rows
+
+    def _to_table(self, events: list[dict]):  # noqa: ANN202 - pyarrow imported lazily
+        try:
+            return self._pa.Table.from_pylist(events, schema=self._schema)
+        except (self._pa.ArrowException, TypeError, ValueError):
+            # Find the culprits one by one rather than losing the whole batch.
+            good = []
+            for event in events:
+                try:
+                    self._pa.Table.from_pylist([event], schema=self._schema)
+                except (self._pa.ArrowException, TypeError, ValueError) as exc:
+                    log.error("trace event dropped, does not fit the schema: %s", exc)
+                else:
+                    good.append(event)
+            return self._pa.Table.from_pylist(good, schema=self._schema) if good else None
+
+
+class TraceWriter:
+    """Bounded, off-loop trace writer. See the module docstring for the model and guarantees.
+
+    Life cycle: construct; `await nursery.start(writer.run)`; call `offer()`
+    (and `await put()` when it returns False) from the trio thread; on
+    shutdown `await writer.aclose()`. Events offered before `run()` starts
+    wait in the queue. A dict handed over belongs to the writer from then on.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        level: Level = "headers",
+        fmt: Format = "jsonl",
+        rotate_bytes: int = 256 * MiB,
+        rotate_seconds: float = 3600,
+        queue_size: int = 65536,
+        on_full: OnFull = "block",
+        proxy_id: str,
+        flush_interval: float = 0.1,
+        close_timeout: float = 30.0,
+    ) -> None:
+        if level not in ("headers", "records"):
+            raise ValueError(f"trace level must be 'headers' or 'records', not {level!r}")
+        if fmt not in ("jsonl", "parquet"):
+            raise ValueError(f"trace format must be 'jsonl' or 'parquet', not {fmt!r}")
+        if on_full not in ("block", "drop"):
+            raise ValueError(f"on_full must be 'block' or 'drop', not {on_full!r}")
+        if not _PROXY_ID.match(proxy_id):
+            raise ValueError(f"proxy id {proxy_id!r} must be letters, digits, '.', '_' or inner '-'")
+        if queue_size < 1 or rotate_bytes < 1 or rotate_seconds <= 0:
+            raise ValueError("queue_size, rotate_bytes and rotate_seconds must be positive")
+        if not 0 < flush_interval <= 0.2:
+            raise ValueError("flush_interval must be in (0, 0.2] seconds: files are flushed at least every 200 ms")
+
+        self.directory = Path(directory)
+        self.level: Level = level
+        self.fmt: Format = fmt
+        self.on_full: OnFull = on_full
+        self.proxy_id = proxy_id
+        self.queue_size = queue_size
+        self.flush_interval = flush_interval
+        self.close_timeout = close_timeout
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        sink_type = _ParquetSink if fmt == "parquet" else _JsonlSink
+        self._sink: _Sink = sink_type(self.directory, proxy_id, fmt, rotate_bytes, rotate_seconds)
+
+        self._queue: deque[dict] = deque()
+        # Past this depth offer() wakes the worker instead of letting it sleep out its interval.
+        self._wake_at = max(1, queue_size // 2)
+        self._wake = threading.Event()
+        self._closing = False  # set on the trio thread: no more events accepted
+        self._stopping = False  # tells the worker to drain once more and exit
+        self._failure: BaseException | None = None
+        self._room_wanted = False
+        self._room: trio.Event | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._thread: threading.Thread | None = None
+        self._done = trio.Event()
+
+        self.accepted = 0  # trio thread only
+        self.dropped = 0  # trio thread only
+        self.written = 0  # worker thread only; events whose lines are in the kernel's hands
+        self.unwritable = 0  # worker thread only; events that did not serialise (also counted as dropped)
+
+        metrics.trace_queue_depth.set_function(lambda: len(self._queue))
+
+    @property
+    def records(self) -> bool:
+        """Whether events should carry per-partition records (level 'records')."""
+        return self.level == "records"
+
+    @property
+    def files(self) -> list[Path]:
+        """Files this writer has opened, in order."""
+        return list(self._sink.files)
+
+    # ---- trio side -------------------------------------------------------
+
+    def offer(self, event: dict) -> bool:
+        """Hand an event over without blocking.
+
+        Returns False only when the caller must `await put(event)`: in block
+        mode with a full queue. In drop mode a full queue drops and counts the
+        event and the call returns True (nothing for the caller to do).
+        """
+        queue = self._queue
+        if len(queue) < self._wake_at and not self._closing:
+            queue.append(event)
+            self.accepted += 1
+            return True
+        return self._offer_slow(event)
+
+    def _offer_slow(self, event: dict) -> bool:
+        self._check_usable()
+        if self._closing:
+            self._count_drop()
+            return True
+        self._wake.set()
+        if len(self._queue) < self.queue_size:
+            self._queue.append(event)
+            self.accepted += 1
+            return True
+        if self.on_full == "drop":
+            self._count_drop()
+            return True
+        return False
+
+    async def put(self, event: dict) -> None:
+        """Wait for room in the queue, then hand the event over (block mode's slow path)."""
+        started = trio.current_time()
+        try:
+            while True:
+                self._check_usable()
+                if self._closing:
+                    self._count_drop()
+                    return
+                if len(self._queue) < self.queue_size:
+                    self._queue.append(event)
+                    self.accepted += 1
+                    return
+                if self.on_full == "drop":
+                    self._count_drop()
+                    return
+                if self._room is None:
+                    self._room = trio.Event()
+                self._room_wanted = True
+                self._wake.set()
+                # The worker normally wakes us; the deadline only covers the
+                # race where it drained just before seeing _room_wanted.
+                with trio.move_on_after(self.flush_interval):
+                    await self._room.wait()
+        finally:
+            metrics.trace_wait.inc(trio.current_time() - started)
+
+    def _count_drop(self) -> None:
+        self.dropped += 1
+        metrics.trace_events.labels("dropped").inc()
+
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise TraceWriterError(f"trace writer failed: {self._failure!r}") from self._failure
+
+    def _room_available(self) -> None:
+        # Runs on the trio thread (scheduled by the worker).
+        if self._room is not None:
+            self._room.set()
+            self._room = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the worker thread until `aclose()` (or cancellation, which also writes everything accepted)."""
+        if self._thread is not None or self._stopping:
+            raise RuntimeError("TraceWriter.run() can only be started once")
+        self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.Thread(target=self._work, name=f"trace-writer-{self.proxy_id}", daemon=True)
+        self._thread.start()
+        task_status.started()
+        try:
+            await self._done.wait()
+        finally:
+            await self._shutdown()
+        self._check_usable()
+
+    async def aclose(self) -> None:
+        """Stop accepting, write every accepted event, close the files. Idempotent."""
+        self._closing = True
+        if self._thread is None and not self._stopping:
+            # Never started: drain what was offered on a thread of our own.
+            self._stopping = True
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._drain_and_close)
+            self._check_usable()
+            return
+        await self._shutdown()
+        self._check_usable()
+
+    async def _shutdown(self) -> None:
+        self._closing = True
+        self._stopping = True
+        self._wake.set()
+        thread = self._thread
+        if thread is None:
+            return
+        # Shielded: a cancelled nursery must still get its accepted events on disk.
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(self.close_timeout) as scope:
+                await trio.to_thread.run_sync(thread.join)
+            if scope.cancelled_caught:
+                log.error("trace writer did not finish within %.1fs; %d events not written", self.close_timeout, len(self._queue))
+
+    # ---- worker thread ---------------------------------------------------
+
+    def _work(self) -> None:
+        try:
+            while True:
+                self._wake.wait(self.flush_interval)
+                self._wake.clear()
+                # Read the stop flag before draining: everything accepted
+                # before stop was asked for is then in the deque we drain.
+                stopping = self._stopping
+                self._write_queued()
+                if stopping:
+                    break
+                self._sink.rotate_if_old()
+        except BaseException as exc:  # noqa: BLE001 - reported to the trio side
+            log.exception("trace writer failed")
+            self._failure = exc
+        finally:
+            try:
+                self._sink.close()
+            except Exception as exc:  # noqa: BLE001
+                log.exception("closing the trace file failed")
+                self._failure = self._failure or exc
+            self._call_soon_on_trio(self._done.set)
+            self._call_soon_on_trio(self._room_available)
+
+    def _drain_and_close(self) -> None:
+        try:
+            self._write_queued()
+        except BaseException as exc:  # noqa: BLE001
+            self._failure = exc
+        finally:
+            self._sink.close()
+
+    def _write_queued(self) -> None:
+        queue = self._queue
+        strip_records = self.level == "headers"
+        while queue:
+            batch = []
+            for _ in range(min(len(queue), _MAX_BATCH)):
+                event = queue.popleft()
+                if "schema_version" not in event:
+                    event["schema_version"] = SCHEMA_VERSION
+                if "proxy_id" not in event:
+                    event["proxy_id"] = self.proxy_id
+                if strip_records and event.get("partitions") is not None:
+                    event["partitions"] = None
+                batch.append(event)
+            written = self._sink.write(batch)
+            self.written += written
+            metrics.trace_events.labels("written").inc(written)
+            if written < len(batch):
+                self.unwritable += len(batch) - written
+                metrics.trace_events.labels("dropped").inc(len(batch) - written)
+            if self._room_wanted:
+                self._room_wanted = False
+                self._call_soon_on_trio(self._room_available)
+
+    def _call_soon_on_trio(self, fn: Any) -> None:
+        if self._token is None:
+            return
+        try:
+            self._token.run_sync_soon(fn)
+        except trio.RunFinishedError:
+            pass
+
+
+def default_proxy_id() -> str:
+    """A random id per process, used when the operator does not name the proxy."""
+    return f"p{os.getpid()}-{os.urandom(3).hex()}"

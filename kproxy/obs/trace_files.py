@@ -1,0 +1,88 @@
+"""Reading traces back: the files of a trace directory, in order, and their events.
+
+Files are ordered per proxy id by their sequence number (the order the writer
+opened them in; a restarted proxy with the same id continues the sequence),
+then by start time; events inside a file are in write order. Events of
+different proxies are not interleaved: order them by `wall_time` if needed.
+
+A proxy killed mid-write can leave a JSONL file whose last line is torn (no
+final newline): that line is skipped. Any other unparsable line is corruption
+and raises. A Parquet file without its footer (the writer was killed before it
+rotated or closed the file) cannot be read at all: it is skipped with a
+warning unless `strict` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^trace-(?P<proxy>.+)-(?P<stamp>\d{8}T\d{6})-(?P<seq>\d+)\.(?P<fmt>jsonl|parquet)$")
+
+
+class TraceFileError(ValueError):
+    """A trace file is corrupt beyond a torn last line."""
+
+
+def _order_key(path: Path) -> tuple:
+    m = _NAME.match(path.name)
+    if m is None:  # a trace file renamed by hand: after the well-named ones, by name
+        return (1, path.name, 0, "")
+    return (0, m["proxy"], int(m["seq"]), m["stamp"])
+
+
+def trace_files(directory: Path | str) -> list[Path]:
+    """Every trace file (`trace-*.jsonl`, `trace-*.parquet`) in `directory`, in order."""
+    directory = Path(directory)
+    found = [
+        p for p in directory.iterdir() if p.is_file() and p.name.startswith("trace-") and p.suffix in (".jsonl", ".parquet")
+    ]
+    return sorted(found, key=_order_key)
+
+
+def iter_jsonl_events(path: Path) -> Iterator[dict]:
+    """Events of one JSONL trace file, skipping a torn final line."""
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    # After a final newline split() leaves b""; anything else there is a torn line.
+    torn = lines.pop()
+    if torn:
+        log.warning("%s: skipping a torn last line (%d bytes)", path, len(torn))
+    for number, line in enumerate(lines, start=1):
+        if not line:
+            continue
+        try:
+            yield orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise TraceFileError(f"{path}:{number}: not a JSON trace event: {exc}") from exc
+
+
+def iter_parquet_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
+    """Events of one Parquet trace file; a file without footer is skipped (or raises if strict)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        if strict:
+            raise TraceFileError(f"{path}: unreadable Parquet trace: {exc}") from exc
+        log.warning("%s: skipping an unreadable Parquet trace (killed before close?): %s", path, exc)
+        return
+    for batch in parquet.iter_batches():
+        yield from batch.to_pylist()
+
+
+def iter_trace_events(directory: Path | str, *, strict: bool = False) -> Iterator[dict]:
+    """Every event of every trace file in `directory`, files in `trace_files()` order."""
+    for path in trace_files(directory):
+        if path.suffix == ".parquet":
+            yield from iter_parquet_events(path, strict=strict)
+        else:
+            yield from iter_jsonl_events(path)

@@ -1,0 +1,436 @@
+"""The trace writer: round trips, rotation, backpressure and drops, shutdown and kill guarantees."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+import trio
+
+from kproxy.obs import metrics
+from kproxy.obs.trace import TraceWriter, trace_file_name
+from kproxy.obs.trace_files import TraceFileError, iter_trace_events, trace_files
+from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
+
+
+def trace_events_total(outcome: str) -> float:
+    return metrics.REGISTRY.get_sample_value("kproxy_trace_events_total", {"outcome": outcome}) or 0.0
+
+
+def backpressure_seconds() -> float:
+    return metrics.REGISTRY.get_sample_value("kproxy_trace_backpressure_seconds_total") or 0.0
+
+
+def header_event(i: int, **extra: object) -> dict:
+    return {
+        "wall_time": 1_700_000_000.0 + i / 1000,
+        "mono_ns": 10_000 + i,
+        "conn_id": 7,
+        "client_addr": "127.0.0.1:50000",
+        "broker_id": 1,
+        "direction": "request" if i % 2 == 0 else "response",
+        "api": "produce",
+        "api_key": 0,
+        "api_version": 9,
+        "correlation_id": i,
+        "client_id": "rdkafka",
+        "size": 120 + i,
+        "error_codes": [] if i % 3 else [47, 48],
+        "transactional_id": "tx-1",
+        "producer_id": 4000,
+        "producer_epoch": 2,
+        "txn_client": i // 10,
+        "txn_broker": i // 10,
+        "hazard": None,
+        "rule": None,
+        "action": None,
+        "outcome": "delivered",
+        "copy": 0,
+        **extra,
+    }
+
+
+def records_event(i: int) -> dict:
+    return header_event(
+        i,
+        partitions=[
+            {
+                "topic": "orders",
+                "partition": 2,
+                "error_code": 0,
+                "base_offset": 100 + i,
+                "high_watermark": 200,
+                "last_stable_offset": 190,
+                "log_start_offset": 0,
+                "aborted_transactions": [{"producer_id": 4000, "first_offset": 17}],
+                "compression": "zstd",
+                "records": [
+                    {
+                        "offset": 100 + i,
+                        "key": f"k{i}",
+                        "value": "b64:AAEC",
+                        "control": None,
+                        "producer_id": 4000,
+                        "producer_epoch": 2,
+                        "sequence": i,
+                        "transactional": True,
+                    },
+                    {
+                        "offset": 101 + i,
+                        "key": None,
+                        "value": None,
+                        "control": "commit",
+                        "producer_id": 4000,
+                        "producer_epoch": 2,
+                        "sequence": -1,
+                        "transactional": True,
+                    },
+                ],
+            }
+        ],
+    )
+
+
+async def hand_over(writer: TraceWriter, event: dict) -> None:
+    """The proxy's calling pattern: the cheap offer, and the awaitable slow path only when told."""
+    if not writer.offer(event):
+        await writer.put(event)
+
+
+async def write_all(writer: TraceWriter, events: list[dict]) -> None:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for event in events:
+            await hand_over(writer, event)
+        await writer.aclose()
+
+
+def without_nulls(event: dict) -> dict:
+    """Parquet returns every schema field (null when absent); compare on what was given."""
+    return {k: v for k, v in event.items() if v is not None}
+
+
+# ---- round trips -----------------------------------------------------------
+
+
+async def test_jsonl_round_trip_at_records_level(tmp_path: Path) -> None:
+    events = [records_event(i) for i in range(50)]
+    expected = orjson.loads(orjson.dumps(events))
+    writer = TraceWriter(tmp_path, level="records", proxy_id="rt")
+    await write_all(writer, events)
+
+    got = list(iter_trace_events(tmp_path))
+    assert [{k: v for k, v in e.items() if k not in ("schema_version", "proxy_id")} for e in got] == expected
+    assert {e["schema_version"] for e in got} == {SCHEMA_VERSION}
+    assert {e["proxy_id"] for e in got} == {"rt"}
+    assert writer.written == 50
+
+
+async def test_parquet_round_trip_uses_the_schema(tmp_path: Path) -> None:
+    events = [records_event(i) for i in range(40)]
+    expected = orjson.loads(orjson.dumps(events))
+    writer = TraceWriter(tmp_path, level="records", fmt="parquet", proxy_id="pq")
+    await write_all(writer, events)
+
+    files = trace_files(tmp_path)
+    assert files and all(p.suffix == ".parquet" for p in files)
+    got = list(iter_trace_events(tmp_path, strict=True))
+    assert len(got) == 40
+    assert all(set(e) == set(FIELD_NAMES) for e in got)
+    for want, have in zip(expected, got, strict=True):
+        assert have["schema_version"] == SCHEMA_VERSION and have["proxy_id"] == "pq"
+        have_top = without_nulls(have)
+        for key, value in want.items():
+            if key == "partitions":
+                continue
+            assert have_top.get(key) == value or (value is None and key not in have_top), key
+        [want_p], [have_p] = want["partitions"], have["partitions"]
+        assert have_p["records"] == want_p["records"]
+        assert have_p["aborted_transactions"] == want_p["aborted_transactions"]
+        assert without_nulls(have_p) | {"records": None} == without_nulls(want_p) | {"records": None}
+
+
+async def test_headers_level_drops_partition_records(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path, level="headers", proxy_id="hd")
+    assert not writer.records
+    await write_all(writer, [records_event(0)])
+    [event] = iter_trace_events(tmp_path)
+    assert event["partitions"] is None
+    assert event["correlation_id"] == 0
+
+
+async def test_raw_bytes_are_encoded_like_the_schema_says(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path, proxy_id="by")
+    await write_all(writer, [header_event(0, client_id=b"text"), header_event(1, client_id=b"\xff\x00")])
+    first, second = iter_trace_events(tmp_path)
+    assert first["client_id"] == "text"
+    assert second["client_id"] == "b64:/wA="
+
+
+async def test_unserialisable_event_is_counted_not_fatal(tmp_path: Path) -> None:
+    dropped_before = trace_events_total("dropped")
+    writer = TraceWriter(tmp_path, proxy_id="bad")
+    await write_all(writer, [header_event(0), header_event(1, client_id=object()), header_event(2)])
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == [0, 2]
+    assert writer.unwritable == 1
+    assert trace_events_total("dropped") - dropped_before == 1
+
+
+# ---- rotation ----------------------------------------------------------------
+
+
+async def test_rotation_by_size_keeps_every_event_in_order(tmp_path: Path) -> None:
+    events = [header_event(i) for i in range(300)]
+    line_size = max(len(orjson.dumps(e | {"schema_version": 1, "proxy_id": "sz"})) + 1 for e in events)
+    writer = TraceWriter(tmp_path, proxy_id="sz", rotate_bytes=10 * line_size)
+    await write_all(writer, events)
+
+    files = trace_files(tmp_path)
+    assert len(files) >= 25
+    assert files == writer.files
+    for path in files:
+        assert path.stat().st_size <= 11 * line_size
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == list(range(300))
+
+
+async def test_rotation_by_time_closes_the_file_even_when_idle(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path, fmt="parquet", proxy_id="tm", rotate_seconds=0.2, flush_interval=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        writer.offer(header_event(0))
+        # Idle past the rotation age: the Parquet file gets its footer without more traffic.
+        with trio.fail_after(5):
+            while not list(iter_trace_events(tmp_path)):
+                await trio.sleep(0.05)
+        writer.offer(header_event(1))
+        await trio.sleep(0.5)
+        writer.offer(header_event(2))
+        await writer.aclose()
+    files = trace_files(tmp_path)
+    assert len(files) == 3
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path, strict=True)] == [0, 1, 2]
+
+
+async def test_restart_with_the_same_proxy_id_continues_the_sequence(tmp_path: Path) -> None:
+    await write_all(TraceWriter(tmp_path, proxy_id="same"), [header_event(0)])
+    await write_all(TraceWriter(tmp_path, proxy_id="same"), [header_event(1)])
+    files = trace_files(tmp_path)
+    assert [p.name.rsplit("-", 1)[1] for p in files] == ["000000.jsonl", "000001.jsonl"]
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == [0, 1]
+
+
+def test_file_names_carry_proxy_utc_time_and_sequence() -> None:
+    assert trace_file_name("edge-1", 0.0, 3, "jsonl") == "trace-edge-1-19700101T000000-000003.jsonl"
+    with pytest.raises(ValueError):
+        TraceWriter(Path("/nonexistent"), proxy_id="../escape")
+
+
+# ---- backpressure and drops -------------------------------------------------------
+
+
+async def test_drop_mode_counts_drops_while_the_writer_is_stalled(tmp_path: Path) -> None:
+    dropped_before = trace_events_total("dropped")
+    writer = TraceWriter(tmp_path, proxy_id="dr", queue_size=4, on_full="drop", flush_interval=0.02)
+    # A disk that stalls: the worker's writes wait until the test lets them through.
+    disk_free = threading.Event()
+    real_write = writer._sink.write
+
+    def stalled_write(batch: list[dict]) -> int:
+        disk_free.wait(10)
+        return real_write(batch)
+
+    writer._sink.write = stalled_write
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        writer.offer(header_event(0))
+        await trio.sleep(0.1)  # the worker took event 0 and is now stuck writing it
+        results = [writer.offer(header_event(i)) for i in range(1, 21)]
+        assert all(results)  # in drop mode the caller never has to await put()
+        assert writer.accepted == 5 and writer.dropped == 16
+        assert metrics.REGISTRY.get_sample_value("kproxy_trace_queue_depth") == 4
+        disk_free.set()
+        await writer.aclose()
+    assert trace_events_total("dropped") - dropped_before == 16
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == [0, 1, 2, 3, 4]
+
+
+async def test_block_mode_loses_nothing_under_a_burst_larger_than_the_queue(tmp_path: Path) -> None:
+    written_before = trace_events_total("written")
+    wait_before = backpressure_seconds()
+    writer = TraceWriter(tmp_path, proxy_id="bl", queue_size=8)
+    slow_paths = 0
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for i in range(3000):
+            event = header_event(i)
+            if not writer.offer(event):
+                slow_paths += 1
+                await writer.put(event)
+        await writer.aclose()
+    assert slow_paths > 0
+    assert writer.dropped == 0
+    assert backpressure_seconds() > wait_before
+    assert trace_events_total("written") - written_before == 3000
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == list(range(3000))
+
+
+# ---- shutdown -----------------------------------------------------------------------
+
+
+async def test_aclose_writes_everything_accepted(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path, proxy_id="ac", queue_size=100_000, flush_interval=0.2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for i in range(50_000):  # far faster than one flush interval: most are still queued
+            assert writer.offer({"correlation_id": i})
+        await writer.aclose()
+        assert writer.offer({"correlation_id": -1}) is True  # after close: counted as dropped
+        assert writer.dropped == 1
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == list(range(50_000))
+
+
+async def test_aclose_without_run_writes_what_was_offered(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path, proxy_id="nr")
+    for i in range(10):
+        writer.offer({"correlation_id": i})
+    await writer.aclose()
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == list(range(10))
+
+
+async def test_cancelling_the_nursery_still_writes_everything_accepted(tmp_path: Path) -> None:
+    writer = TraceWriter(tmp_path, proxy_id="cn", flush_interval=0.2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for i in range(1000):
+            writer.offer({"correlation_id": i})
+        nursery.cancel_scope.cancel()
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == list(range(1000))
+
+
+# ---- reading back ---------------------------------------------------------------------
+
+
+def test_reader_skips_a_torn_last_line_but_not_corruption(tmp_path: Path) -> None:
+    good = tmp_path / trace_file_name("rd", 0, 0, "jsonl")
+    good.write_bytes(b'{"correlation_id":0}\n{"correlation_id":1}\n{"correlation_id":2,"api":"pro')
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == [0, 1]
+
+    bad = tmp_path / trace_file_name("rd", 0, 1, "jsonl")
+    bad.write_bytes(b'{"correlation_id":3}\n{"correlation_id":4,"api\n{"correlation_id":5}\n')
+    with pytest.raises(TraceFileError, match=":2:"):
+        list(iter_trace_events(tmp_path))
+
+
+def test_reader_skips_a_parquet_file_without_footer(tmp_path: Path) -> None:
+    (tmp_path / trace_file_name("rd", 0, 0, "parquet")).write_bytes(b"PAR1\x00\x01\x02")
+    (tmp_path / trace_file_name("rd", 0, 1, "jsonl")).write_bytes(b'{"correlation_id":9}\n')
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == [9]
+    with pytest.raises(TraceFileError):
+        list(iter_trace_events(tmp_path, strict=True))
+
+
+def test_files_sort_by_proxy_then_sequence(tmp_path: Path) -> None:
+    names = [
+        trace_file_name("b", 100, 0, "jsonl"),
+        trace_file_name("a", 200, 10, "jsonl"),
+        trace_file_name("a", 300, 9, "jsonl"),  # a later clock but an earlier file: sequence wins
+        trace_file_name("a", 100, 2, "parquet"),
+    ]
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("not a trace")
+    assert [p.name for p in trace_files(tmp_path)] == [names[3], names[2], names[1], names[0]]
+
+
+# ---- a real process, killed or terminated ---------------------------------------------
+
+CHILD = """
+import signal, sys, trio
+from pathlib import Path
+from kproxy.obs.trace import TraceWriter
+
+async def main(directory, on_signal):
+    writer = TraceWriter(Path(directory), proxy_id="child", rotate_bytes=64 * 1024, queue_size=512)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async def produce():
+                seq = 0
+                while True:
+                    event = {"api": "produce", "correlation_id": seq, "client_id": "c" * 64}
+                    if not writer.offer(event):
+                        await writer.put(event)
+                    seq += 1
+                    if seq % 200 == 0:
+                        print(writer.written, flush=True)
+                        await trio.sleep(0)
+            async with trio.open_nursery() as producers:
+                producers.start_soon(produce)
+                async for _ in signals:
+                    producers.cancel_scope.cancel()
+                    break
+        await writer.aclose()
+    print("accepted", writer.accepted, flush=True)
+
+trio.run(main, sys.argv[1], sys.argv[2])
+"""
+
+
+def start_child(directory: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(directory), "term"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_until_written(child: subprocess.Popen, at_least: int) -> int:
+    """Read the child's progress lines until its writer reports `at_least` events written."""
+    deadline = time.monotonic() + 30
+    assert child.stdout is not None
+    for line in child.stdout:
+        written = int(line)
+        if written >= at_least:
+            return written
+        assert time.monotonic() < deadline, "child writer too slow"
+    raise AssertionError(f"child exited early: {child.stderr.read() if child.stderr else ''}")
+
+
+def test_a_killed_process_leaves_traces_readable_up_to_the_last_flushed_event(tmp_path: Path) -> None:
+    child = start_child(tmp_path)
+    try:
+        flushed = wait_until_written(child, 20_000)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    assert len(trace_files(tmp_path)) > 1  # killed across rotations
+    seqs = [e["correlation_id"] for e in iter_trace_events(tmp_path)]
+    assert len(seqs) >= flushed
+    assert seqs == list(range(len(seqs)))  # a gapless prefix: nothing before the kill is missing
+
+
+def test_sigterm_loses_nothing_accepted(tmp_path: Path) -> None:
+    child = start_child(tmp_path)
+    try:
+        wait_until_written(child, 20_000)
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0, err
+    accepted = int(out.strip().splitlines()[-1].split()[1])
+    seqs = [e["correlation_id"] for e in iter_trace_events(tmp_path)]
+    assert seqs == list(range(accepted))
+    for path in trace_files(tmp_path):
+        assert path.read_bytes().endswith(b"\n")  # a clean shutdown leaves no torn line
