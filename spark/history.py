@@ -1,0 +1,152 @@
+"""Load a client history (JSON Lines, Jepsen-style operations) and flatten it.
+
+The history format is the contract described in docs/analysis-checks.md and
+DESIGN.md. Micro-op values are heterogeneous JSON arrays (``["send", k, v]``,
+``["send", k, [offset, v]]``, ``["poll", {"k": [[o, v], ...]}]``), so the
+operation's ``value`` is kept as raw JSON text and taken apart with Spark SQL
+JSON functions: no Python UDF ever runs on the hot path.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+# A string-typed field that holds a JSON array or object keeps the raw JSON
+# text, which is what lets one schema read every kind of operation.
+HISTORY_SCHEMA = StructType(
+    [
+        StructField("index", LongType()),
+        StructField("time", LongType()),
+        StructField("process", LongType()),
+        StructField("type", StringType()),
+        StructField("f", StringType()),
+        StructField("value", StringType()),
+        StructField("error", StringType()),
+    ]
+)
+
+_RAW_ARRAY = ArrayType(StringType())
+_LONG_ARRAY = ArrayType(LongType())
+_POLL_MAP = MapType(StringType(), ArrayType(ArrayType(LongType())))
+
+#: Operation functions that carry send/poll micro-ops.
+DATA_FS = ("send", "poll", "txn")
+#: Operation functions that change what a process reads.
+MEMBERSHIP_FS = ("assign", "subscribe")
+
+
+def load_history(spark: SparkSession, path: str) -> DataFrame:
+    """Read a JSON Lines history into one row per operation.
+
+    Columns: index, time, process, type, f, value (raw JSON text), error.
+    Lines that are not JSON objects are dropped rather than failing the run.
+    """
+    return (
+        spark.read.schema(HISTORY_SCHEMA)
+        .option("mode", "DROPMALFORMED")
+        .json(path)
+        .where(F.col("type").isNotNull() & F.col("f").isNotNull())
+    )
+
+
+def flatten_mops(ops: DataFrame) -> DataFrame:
+    """One row per send micro-op and per polled record.
+
+    Columns: index, time, process, type, f, mop_index, mop ('send'|'poll'),
+    key, offset (null when unknown), value, pos (the record's position in its
+    poll list for that key; 0 for sends). A poll that returned nothing for a
+    key yields no row; an invoked ``["poll"]`` yields none either.
+    """
+    mops = (
+        ops.where(F.col("f").isin(*DATA_FS))
+        .select(
+            "index", "time", "process", "type", "f",
+            F.posexplode(F.from_json("value", _RAW_ARRAY)).alias("mop_index", "mop_json"),
+        )
+        .withColumn("parts", F.from_json("mop_json", _RAW_ARRAY))
+        .withColumn("mop", F.col("parts")[0])
+    )
+    base = ["index", "time", "process", "type", "f", "mop_index", "mop"]
+
+    sends = mops.where(F.col("mop") == "send")
+    send_arg = sends["parts"][2]
+    pair = F.from_json(send_arg, _LONG_ARRAY)
+    is_pair = F.trim(send_arg).startswith("[")
+    sends = sends.select(
+        *base,
+        sends["parts"][1].cast("long").alias("key"),
+        F.when(is_pair, pair[0]).alias("offset"),
+        F.when(is_pair, pair[1]).otherwise(send_arg.cast("long")).alias("value"),
+        F.lit(0).alias("pos"),
+    )
+
+    polls = (
+        mops.where((F.col("mop") == "poll") & (F.size("parts") > 1))
+        .select(*base, F.explode(F.from_json(F.col("parts")[1], _POLL_MAP)).alias("key_text", "pairs"))
+        .select(*base, F.col("key_text").cast("long").alias("key"), F.posexplode("pairs").alias("pos", "pair"))
+        .select(
+            *base,
+            "key",
+            F.col("pair")[0].alias("offset"),
+            F.col("pair")[1].alias("value"),
+            F.col("pos").cast("int").alias("pos"),
+        )
+    )
+    return sends.unionByName(polls)
+
+
+def sends(mops: DataFrame) -> DataFrame:
+    """Completed send micro-ops (any completion type: ok, info or fail)."""
+    return mops.where((F.col("mop") == "send") & (F.col("type") != "invoke"))
+
+
+def polled(mops: DataFrame) -> DataFrame:
+    """Records returned by completed polls (any completion type)."""
+    return mops.where((F.col("mop") == "poll") & (F.col("type") != "invoke") & F.col("value").isNotNull())
+
+
+def _keys_of(value: Column) -> Column:
+    return F.coalesce(F.from_json(value, _LONG_ARRAY), F.array().cast(_LONG_ARRAY))
+
+
+def membership_changes(ops: DataFrame) -> DataFrame:
+    """Every completed change of what a process reads: assign, subscribe, crash.
+
+    Columns: index, time, process, type, f, keys (array<long>). Only ``ok``
+    and ``info`` completions count, as in Jepsen (an ``info`` assign may have
+    taken effect). A crash tears the client down, so it reads nothing
+    afterwards: it is a change to the empty set of keys.
+    """
+    changes = ops.where(
+        (F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info")) | (F.col("f") == "crash")
+    )
+    return changes.select(
+        "index", "time", "process", "type", "f",
+        F.when(F.col("f") == "crash", F.array().cast(_LONG_ARRAY)).otherwise(_keys_of(F.col("value"))).alias("keys"),
+    )
+
+
+def crashes(ops: DataFrame) -> DataFrame:
+    """Client crashes: index, time, process."""
+    return ops.where(F.col("f") == "crash").select("index", "time", "process")
+
+
+def key_partitions(ops: DataFrame) -> DataFrame:
+    """Where each key lives, from ``create`` ops: key, topic, partition, index, time."""
+    parts = F.from_json("value", _RAW_ARRAY)
+    return ops.where((F.col("f") == "create") & (F.col("type") == "ok")).select(
+        parts[0].cast("long").alias("key"),
+        F.get_json_object("value", "$[1]").alias("topic"),
+        parts[2].cast("int").alias("partition"),
+        "index",
+        "time",
+    )

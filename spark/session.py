@@ -1,0 +1,34 @@
+"""One place that knows how to start Spark for the analysis."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+
+def get_session(master: str = "local[*]", app_name: str = "kproxy-analyze") -> SparkSession:
+    """A SparkSession sized for a small machine (2 cores) unless a cluster is given.
+
+    Shuffle partitions stay small because the default of 200 turns every
+    aggregation of a modest history into hundreds of near-empty tasks, which
+    dominates run time on two cores. Adaptive execution coalesces further.
+    """
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.sql.shuffle.partitions", os.environ.get("KPROXY_SPARK_PARTITIONS", "4"))
+        .config("spark.default.parallelism", "4")
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.sql.adaptive.coalescePartitions.enabled", "true")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", os.environ.get("KPROXY_SPARK_DRIVER_MEMORY", "3g"))
+        .config("spark.sql.session.timeZone", "UTC")
+        # Histories are small files read once; no need for Hive or a warehouse dir.
+        .config("spark.sql.catalogImplementation", "in-memory")
+        .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "kproxy-spark-warehouse"))
+    )
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
