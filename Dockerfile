@@ -1,0 +1,55 @@
+# kproxy: Kafka protocol proxy and fault-injection gateway.
+#
+#   docker build -t kproxy .
+#   docker run --rm -p 19092:19092 -p 19204:19204 -p 8080:8080 kproxy \
+#       run --upstream kafka:9092 --listen 0.0.0.0:19092 --admin 0.0.0.0:8080 --advertise localhost
+#
+# See docs/observability.md for the compose stack and the port scheme.
+
+# Bookworm, not the newer default: Debian 13 no longer ships Java 17, which Spark needs.
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    KPROXY_ADMIN_PORT=8080
+
+# Java runs the Spark analysis (`kproxy analyze`). The man directory is missing in
+# slim images and the JRE's post-install script fails without it.
+# Debian's security updates move package versions; pinning them would break rebuilds.
+# hadolint ignore=DL3008
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/kproxy
+COPY pyproject.toml README.md ./
+COPY kproxy ./kproxy
+COPY spark ./spark
+COPY rules ./rules
+# Every extra but the test tools: kafka-python, EDN import, Spark analysis, Parquet traces.
+# The versions that matter are pinned in pyproject.toml, not here.
+# hadolint ignore=DL3013
+RUN pip install --no-cache-dir ".[clients,edn,analysis,parquet]"
+
+RUN useradd --create-home --uid 10001 --user-group kproxy \
+    && mkdir -p /var/lib/kproxy/traces \
+    && chown -R kproxy:kproxy /var/lib/kproxy
+# Numeric, so runtimes that check for non-root without /etc/passwd can tell.
+USER 10001:10001
+WORKDIR /var/lib/kproxy
+VOLUME ["/var/lib/kproxy/traces"]
+
+# Bootstrap listener 19092, then one listener per broker at 19092 + 1 + node id
+# (node ids 0-111: up to 19204, the embedded Tansu broker, node 111), and the admin HTTP port.
+EXPOSE 19092-19204 8080
+
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('KPROXY_ADMIN_PORT', '8080'), timeout=2)"]
+
+ENTRYPOINT ["kproxy"]
+# Default: proxy a broker reachable as kafka:9092 (for example a container named
+# kafka on the same network) and tell clients to come back through localhost.
+CMD ["run", "--upstream", "kafka:9092", "--listen", "0.0.0.0:19092", "--admin", "0.0.0.0:8080", "--advertise", "localhost"]
