@@ -1,0 +1,17 @@
+"""drop: blackhole a request (never forwarded, never answered)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from kproxy.faults.actions.registry import ActionParams, Draw, register
+from kproxy.faults.decisions import Drop
+
+
+class DropParams(ActionParams):
+    type: Literal["drop"]
+
+
+@register("drop", DropParams, directions=("request",), summary="never forward the request, never answer it")
+def build(params: DropParams, rule_id: str, draw: Draw) -> Drop:
+    return Drop(rule_id=rule_id)

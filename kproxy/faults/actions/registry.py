@@ -1,0 +1,54 @@
+"""The action registry: one fault action per module, registered by name.
+
+A rule file's `action.type` is validated against this registry (the rule
+model's action field is the discriminated union of every registered params
+model), so adding an action is adding one module here and importing it in
+`kproxy.faults.actions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from kproxy.faults.decisions import Decision
+
+Direction = str  # "request" | "response"
+Draw = Callable[[], float]  # a seeded float in [0, 1)
+
+
+class ActionParams(BaseModel):
+    """Base of every action's parameters: strict, unknown keys refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+P = TypeVar("P", bound=ActionParams)
+
+
+@dataclass(frozen=True)
+class ActionSpec(Generic[P]):
+    name: str
+    params: type[P]
+    # Builds the decision once a rule applies; `draw` is the rule's seeded stream.
+    build: Callable[[P, str, Draw], Decision]
+    # Which side of the exchange a rule with this action may be matched on.
+    directions: tuple[Direction, ...]
+    summary: str
+
+
+ACTIONS: dict[str, ActionSpec] = {}
+
+
+def register(
+    name: str, params: type[P], *, directions: tuple[Direction, ...], summary: str
+) -> Callable[[Callable[[P, str, Draw], Decision]], Callable[[P, str, Draw], Decision]]:
+    def decorator(build: Callable[[P, str, Draw], Decision]) -> Callable[[P, str, Draw], Decision]:
+        if name in ACTIONS:
+            raise RuntimeError(f"fault action {name!r} registered twice")
+        ACTIONS[name] = ActionSpec(name, params, build, directions, summary)
+        return build
+
+    return decorator

@@ -1,0 +1,32 @@
+"""Kafka API names and keys, as rules may spell them.
+
+Rules name APIs the way people write them: `end_txn`, `EndTxn`, `ENDTXN`, or
+by key number. kio's index is the table of record, so a rule can name any API
+the protocol library knows.
+"""
+
+from __future__ import annotations
+
+from kio.schema.index import api_key_map
+
+API_NAMES: dict[int, str] = dict(api_key_map)
+# Underscores and case are ignored when matching, so `EndTxn` == `end_txn`.
+_BY_FOLDED_NAME: dict[str, int] = {name.replace("_", "").lower(): key for key, name in API_NAMES.items()}
+
+
+def resolve_api(spec: str | int) -> int:
+    """The API key named by `spec`; ValueError if it is not a known API."""
+    if isinstance(spec, bool):
+        raise ValueError("an API is a name or a key number, not a boolean")
+    if isinstance(spec, int):
+        if spec not in API_NAMES:
+            raise ValueError(f"unknown API key {spec}")
+        return spec
+    folded = spec.replace("_", "").replace("-", "").lower()
+    if folded in _BY_FOLDED_NAME:
+        return _BY_FOLDED_NAME[folded]
+    raise ValueError(f"unknown API name {spec!r} (for example end_txn, EndTxn, produce or a key number)")
+
+
+def api_name(key: int) -> str:
+    return API_NAMES.get(key, f"api_{key}")

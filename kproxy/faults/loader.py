@@ -1,0 +1,139 @@
+"""Load and validate rule files and single rules, with file and line in every error.
+
+Validation is one pass of pydantic (each value on its own) and one pass of
+`kproxy.faults.consistency` (how parts relate); both report paths, which are
+mapped back to the lines the YAML reader recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path as FsPath
+from typing import Any
+
+from pydantic import ValidationError
+
+from kproxy.faults.consistency import file_problems, rule_problems
+from kproxy.faults.errors import Path, Problem, RuleFileError
+from kproxy.faults.model import Rule, RuleFile
+from kproxy.faults.yaml_source import SourceData, read_yaml
+
+
+def load_rule_file(path: str | FsPath) -> RuleFile:
+    """Read, parse and validate a rule file; RuleFileError names the file and line of each problem."""
+    source = str(path)
+    try:
+        text = FsPath(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleFileError([Problem(source, None, (), f"cannot read the rule file: {exc}")]) from None
+    return load_rule_text(text, source)
+
+
+def load_rule_text(text: str, source_name: str) -> RuleFile:
+    return validate_rule_file(read_yaml(text, source_name), source_name)
+
+
+def validate_rule_file(src: SourceData, source: str) -> RuleFile:
+    if not isinstance(src.data, dict):
+        raise RuleFileError([Problem(source, src.line_of(()), (),
+                                     "a rule file is a mapping with `version: 1` and `rules: [...]`")])
+    try:
+        rule_file = RuleFile.model_validate(src.data)
+    except ValidationError as exc:
+        raise RuleFileError(_pydantic_problems(exc, src, source)) from None
+    problems = file_problems(rule_file)
+    if problems:
+        raise RuleFileError([Problem(source, src.line_of(p.path), p.path, p.message) for p in problems])
+    return rule_file
+
+
+def validate_rule(data: Any, source: str, phase_names: Iterable[str] | None = None,
+                  src: SourceData | None = None, prefix: Path = ()) -> Rule:
+    """Validate one rule (from the admin API or `kproxy rules add`).
+
+    `phase_names` are those of the schedule the rule joins (None: no schedule);
+    `src` and `prefix` locate the rule in a YAML document, when there is one.
+    """
+    lines = src or SourceData(data, {})
+    try:
+        rule = Rule.model_validate(data)
+    except ValidationError as exc:
+        raise RuleFileError(_pydantic_problems(exc, lines, source, prefix)) from None
+    problems = rule_problems(rule, phase_names)
+    if problems:
+        raise RuleFileError([_locate(prefix + p.path, p.message, lines, source) for p in problems])
+    return rule
+
+
+def load_rules_document(text: str, source: str) -> list[tuple[dict[str, Any], Rule]]:
+    """Rules to add from a document holding one rule, a list of rules, or a whole rule file.
+
+    Returns each rule as written (to send on) with its validated model.
+    Phase references are left to the proxy, which knows its schedule.
+    """
+    src = read_yaml(text, source)
+    data = src.data
+    if isinstance(data, dict) and ("rules" in data or "version" in data):
+        validate_rule_file(src, source)
+        return [(raw, Rule.model_validate(raw)) for raw in data.get("rules", [])]
+    if isinstance(data, dict):
+        return [(data, _rule_without_phases(data, source, src, ()))]
+    if isinstance(data, list):
+        problems: list[Problem] = []
+        rules = []
+        for i, raw in enumerate(data):
+            try:
+                rules.append((raw, _rule_without_phases(raw, source, src, (i,))))
+            except RuleFileError as exc:
+                problems.extend(exc.problems)
+        if problems:
+            raise RuleFileError(problems)
+        return rules
+    raise RuleFileError([Problem(source, src.line_of(()), (), "expected a rule, a list of rules, or a rule file")])
+
+
+def _rule_without_phases(data: Any, source: str, src: SourceData, prefix: Path) -> Rule:
+    try:
+        rule = Rule.model_validate(data)
+    except ValidationError as exc:
+        raise RuleFileError(_pydantic_problems(exc, src, source, prefix)) from None
+    phase_names = [rule.match.phase] if rule.match.phase else None
+    problems = rule_problems(rule, phase_names)
+    if problems:
+        raise RuleFileError([_locate(prefix + p.path, p.message, src, source) for p in problems])
+    return rule
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of a rule file, for editors (yaml-language-server, VS Code, IntelliJ)."""
+    schema = RuleFile.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "kproxy rule file"
+    return schema
+
+
+def _pydantic_problems(exc: ValidationError, src: SourceData, source: str, prefix: Path = ()) -> list[Problem]:
+    problems = []
+    seen = set()
+    for error in exc.errors(include_url=False):
+        message = error["msg"].removeprefix("Value error, ")
+        problem = _locate(prefix + tuple(error["loc"]), message, src, source)
+        if (problem.line, problem.path, problem.message) not in seen:
+            seen.add((problem.line, problem.path, problem.message))
+            problems.append(problem)
+    return problems
+
+
+def _locate(loc: Path, message: str, src: SourceData, source: str) -> Problem:
+    """Follow a pydantic location through the data; parts not in the data are union tags, skipped."""
+    node: Any = src.data
+    path: Path = ()
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node, path = node[part], path + (part,)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node, path = node[part], path + (part,)
+        elif i == len(loc) - 1 and isinstance(node, dict) and isinstance(part, str):
+            path = path + (part,)  # a missing key: named in the path, reported at its mapping's line
+    line = src.line_of(path) if src.lines else None
+    return Problem(source, line, path, message)
