@@ -239,9 +239,11 @@ async def test_drop_mode_counts_drops_while_the_writer_is_stalled(tmp_path: Path
     writer = TraceWriter(tmp_path, proxy_id="dr", queue_size=4, on_full="drop", flush_interval=0.02)
     # A disk that stalls: the worker's writes wait until the test lets them through.
     disk_free = threading.Event()
+    write_started = threading.Event()
     real_write = writer._sink.write
 
     def stalled_write(batch: list[dict]) -> int:
+        write_started.set()
         disk_free.wait(10)
         return real_write(batch)
 
@@ -249,7 +251,9 @@ async def test_drop_mode_counts_drops_while_the_writer_is_stalled(tmp_path: Path
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.run)
         writer.offer(header_event(0))
-        await trio.sleep(0.1)  # the worker took event 0 and is now stuck writing it
+        with trio.fail_after(5):  # until the worker took event 0 and is stuck writing it
+            while not write_started.is_set():
+                await trio.sleep(0.01)
         results = [writer.offer(header_event(i)) for i in range(1, 21)]
         assert all(results)  # in drop mode the caller never has to await put()
         assert writer.accepted == 5 and writer.dropped == 16
@@ -355,7 +359,7 @@ import signal, sys, trio
 from pathlib import Path
 from kproxy.obs.trace import TraceWriter
 
-async def main(directory, on_signal):
+async def main(directory):
     writer = TraceWriter(Path(directory), proxy_id="child", rotate_bytes=64 * 1024, queue_size=512)
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.run)
@@ -378,13 +382,13 @@ async def main(directory, on_signal):
         await writer.aclose()
     print("accepted", writer.accepted, flush=True)
 
-trio.run(main, sys.argv[1], sys.argv[2])
+trio.run(main, sys.argv[1])
 """
 
 
 def start_child(directory: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(directory), "term"],
+        [sys.executable, "-c", CHILD, str(directory)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
