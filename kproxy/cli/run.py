@@ -1,0 +1,103 @@
+"""`kproxy run`: the proxy itself."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+import trio
+
+from kproxy.io.config import ProxyConfig, parse_endpoint
+from kproxy.obs.logs import setup_logging
+from kproxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+
+log = logging.getLogger("kproxy.run")
+
+
+def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noqa: ANN202
+    if value is None:
+        return None
+    try:
+        if isinstance(value, tuple):
+            return [parse_endpoint(v, 9092) for v in value]
+        return parse_endpoint(str(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+@click.command(context_settings={"max_content_width": 100})
+@click.option("--upstream", "upstreams", multiple=True, required=True, callback=_endpoint, metavar="HOST:PORT",
+              help="Bootstrap address of the real cluster (repeat for fallbacks; the first reachable one is used).")
+@click.option("--listen", default="127.0.0.1:19092", show_default=True, callback=_endpoint, metavar="HOST:PORT",
+              help="Bootstrap listener clients connect to.")
+@click.option("--advertise", default=None, metavar="HOST",
+              help="Host clients are told in Metadata/FindCoordinator/DescribeCluster (default: the --listen host).")
+@click.option("--broker-port-base", type=int, default=None, metavar="PORT",
+              help="Broker node N gets a listener on PORT+N (default: listen port + 1). See docs/ports.md.")
+@click.option("--admin", default="127.0.0.1:19080", show_default=True, callback=_endpoint, metavar="HOST:PORT",
+              help="Admin HTTP: /metrics, /healthz, /txns and the rules API.")
+@click.option("--no-admin", is_flag=True, help="Do not start the admin HTTP server.")
+@click.option("--rules", "rules_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="YAML fault rule file; reloaded when it changes and on SIGHUP.")
+@click.option("--seed", type=int, default=None, help="Seed for probabilistic rules (overrides the file's seed).")
+@click.option("--guard", is_flag=True,
+              help="Refuse to deliver hazardous transactional requests (stale EndTxn, late Produce).")
+@click.option("--traces", "traces_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write a trace of every request and response to this directory.")
+@click.option("--trace-level", type=click.Choice(["headers", "records"]), default="headers", show_default=True,
+              help="headers: one event per frame with headers, sizes, errors, txn numbers and faults; "
+                   "records: also the keys, values and offsets of Produce and Fetch.")
+@click.option("--trace-format", type=click.Choice(["jsonl", "parquet"]), default="jsonl", show_default=True,
+              help="Trace file format.")
+@click.option("--trace-on-full", type=click.Choice(["block", "drop"]), default="block", show_default=True,
+              help="When the trace writer falls behind: block (slow the proxy, lose nothing) or drop (count drops).")
+@click.option("--trace-rotate-mb", type=int, default=256, show_default=True, help="Rotate trace files at this size.")
+@click.option("--trace-rotate-s", type=float, default=3600.0, show_default=True, help="Rotate trace files at this age.")
+@click.option("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES, show_default=True,
+              help="Close a connection that announces a larger frame (Kafka's socket.request.max.bytes).")
+@click.option("--connect-timeout", type=float, default=10.0, show_default=True,
+              help="Seconds to wait for a broker connection before disconnecting the client.")
+@click.option("--proxy-id", default=None, help="Name of this proxy instance in traces (default: random).")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def run(upstreams, listen, advertise, broker_port_base, admin, no_admin, rules_path, seed, guard, traces_dir,  # noqa: ANN001
+        trace_level, trace_format, trace_on_full, trace_rotate_mb, trace_rotate_s, max_frame_bytes,
+        connect_timeout, proxy_id, log_level, log_format) -> None:
+    """Run the proxy between Kafka clients and a Kafka cluster.
+
+    Clients bootstrap at --listen. Every response that names a broker is
+    rewritten to the proxy's own listener for that broker, so clients never
+    connect to a broker directly. Stop with Ctrl-C or SIGTERM: open
+    connections close and every accepted trace event is written.
+    """
+    from kproxy.io.serve import serve
+
+    setup_logging(log_level, log_format)
+    config = ProxyConfig(
+        upstreams=upstreams,
+        listen=listen,
+        advertise_host=advertise or (listen.host if listen.host not in ("0.0.0.0", "::") else "127.0.0.1"),
+        broker_port_base=broker_port_base if broker_port_base is not None else listen.port + 1,
+        admin=None if no_admin else admin,
+        max_frame_bytes=max_frame_bytes,
+        connect_timeout=connect_timeout,
+        rules_path=rules_path,
+        seed=seed,
+        guard=guard,
+        traces_dir=traces_dir,
+        trace_level=trace_level,
+        trace_format=trace_format,
+        trace_on_full=trace_on_full,
+        trace_rotate_bytes=trace_rotate_mb * 1024 * 1024,
+        trace_rotate_seconds=trace_rotate_s,
+    )
+    if proxy_id:
+        config.proxy_id = proxy_id
+    try:
+        trio.run(serve, config)
+    except OSError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,48 @@
+"""Runtime configuration of a proxy instance (filled by `kproxy run`)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kproxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from kproxy.protocol.rewrite import Endpoint
+
+
+def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
+    """HOST:PORT (IPv6 as [::1]:PORT)."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        if default_port is None:
+            raise ValueError(f"expected HOST:PORT, got {text!r}")
+        host, port = text, str(default_port)
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"bad port in {text!r}") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"port out of range in {text!r}")
+    return Endpoint(host, number)
+
+
+@dataclass
+class ProxyConfig:
+    upstreams: list[Endpoint]
+    listen: Endpoint
+    advertise_host: str
+    broker_port_base: int
+    admin: Endpoint | None = None
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    connect_timeout: float = 10.0
+    rules_path: Path | None = None
+    seed: int | None = None
+    guard: bool = False
+    traces_dir: Path | None = None
+    trace_level: str = "headers"
+    trace_format: str = "jsonl"
+    trace_on_full: str = "block"
+    trace_rotate_bytes: int = 256 * 1024 * 1024
+    trace_rotate_seconds: float = 3600.0
+    proxy_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])

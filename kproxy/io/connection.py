@@ -1,0 +1,337 @@
+"""One client connection: two pumps, in-order responses, lazy inspection.
+
+Data path. The request pump cuts the client's byte stream into frames, reads
+each request header (api, version, correlation id, client id) and, unless
+something needs more, forwards the frames exactly as they arrived, several
+per send. The response pump does the same upstream; responses go back in the
+order the requests arrived, whatever order they were delivered in.
+
+Everything beyond headers (address rewriting, the transaction tracker, fault
+rules, traces) happens in `kproxy.io.inspect`, only for the frames that need
+it. Malformed input closes this connection with a log line and a metric; it
+never reaches the rest of the proxy.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+from collections import deque
+from typing import TYPE_CHECKING
+
+import trio
+
+from kproxy.io import net
+from kproxy.io.exchange import Exchange
+from kproxy.obs import metrics
+from kproxy.protocol import apis
+from kproxy.protocol.codec import DecodeError, parse_request_header
+from kproxy.protocol.framing import FrameBuffer, FrameError
+
+if TYPE_CHECKING:
+    from kproxy.io.proxy import Proxy
+    from kproxy.protocol.rewrite import Endpoint
+
+log = logging.getLogger("kproxy.conn")
+
+_I32 = struct.Struct(">i")
+# How long a half-closed client waits for its outstanding responses.
+DRAIN_TIMEOUT = 30.0
+
+
+class ConnectionClosed(Exception):
+    """Ends a connection on purpose, with the reason for metrics and logs."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ClientConnection:
+    def __init__(
+        self,
+        proxy: Proxy,
+        client: trio.socket.SocketType,
+        client_addr: str,
+        node_id: int,
+        upstream: Endpoint,
+    ) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.client_addr = client_addr
+        self.node_id = node_id  # -1 for the bootstrap listener
+        self.upstream_endpoint = upstream
+        self.upstream: trio.socket.SocketType | None = None
+        self.conn_id = proxy.next_conn_id()
+        self.order: deque[Exchange] = deque()
+        self.in_flight: dict[int, Exchange] = {}
+        self.client_lock = trio.Lock()
+        self.upstream_lock = trio.Lock()
+        self.nursery: trio.Nursery | None = None
+        self.close_reason = "client_closed"
+        self.client_done = False
+        self.drained = trio.Event()
+        self.closed = trio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def serve(self) -> None:
+        ep = self.upstream_endpoint
+        metrics.connections_opened.labels("client").inc()
+        metrics.connections_open.labels("client").inc()
+        try:
+            try:
+                self.upstream = await net.connect(ep.host, ep.port, self.proxy.config.connect_timeout)
+            except (OSError, trio.TooSlowError) as exc:
+                self.close_reason = "upstream_unreachable"
+                log.warning(
+                    "conn %d from %s: broker %s (node %d) is unreachable (%s); disconnecting the client",
+                    self.conn_id, self.client_addr, ep, self.node_id, exc or "timed out",
+                )
+                return
+            metrics.connections_opened.labels("upstream").inc()
+            metrics.connections_open.labels("upstream").inc()
+            try:
+                async with trio.open_nursery() as nursery:
+                    self.nursery = nursery
+                    nursery.start_soon(self._pump_requests)
+                    nursery.start_soon(self._pump_responses)
+            except* ConnectionClosed as group:
+                first = group.exceptions[0]
+                self._note_close(first.reason, str(first))
+            except* Exception as group:
+                # A bug must cost one connection, never the proxy.
+                self.close_reason = "error"
+                log.error(
+                    "conn %d from %s: internal error, closing the connection",
+                    self.conn_id, self.client_addr, exc_info=group.exceptions[0],
+                )
+            finally:
+                metrics.connections_open.labels("upstream").dec()
+                metrics.connections_closed.labels("upstream", self._upstream_reason()).inc()
+        finally:
+            self.closed.set()
+            net.close_quietly(self.upstream)
+            net.close_quietly(self.client)
+            metrics.connections_open.labels("client").dec()
+            metrics.connections_closed.labels("client", self.close_reason).inc()
+            self.proxy.connection_closed(self)
+
+    def _note_close(self, reason: str, message: str) -> None:
+        self.close_reason = reason
+        if reason in ("client_closed", "proxy_shutdown"):
+            log.debug("conn %d from %s closed: %s", self.conn_id, self.client_addr, message)
+        elif reason == "upstream_closed":
+            log.info("conn %d from %s: %s", self.conn_id, self.client_addr, message)
+        else:
+            log.warning("conn %d from %s closed: %s", self.conn_id, self.client_addr, message)
+
+    def _upstream_reason(self) -> str:
+        return self.close_reason if self.close_reason in ("upstream_closed", "fault_disconnect") else "client_closed"
+
+    def close(self, reason: str, message: str) -> None:
+        """Close from outside the pumps (a fault rule, proxy shutdown)."""
+        if self.nursery is not None:
+            self._note_close(reason, message)
+            self.nursery.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ client -> broker
+
+    async def _pump_requests(self) -> None:
+        frames = FrameBuffer(self.proxy.config.max_frame_bytes)
+        client = self.client
+        inspect = self.proxy.inspector
+        slow_apis = inspect.slow_request_apis
+        clock = trio.current_time
+        order = self.order
+        in_flight = self.in_flight
+        frames_counter = self.proxy.request_frame_counters
+        while True:
+            try:
+                data = await client.recv(net.RECV_BYTES)
+            except OSError as exc:
+                raise ConnectionClosed("client_closed", f"client read failed: {exc}") from None
+            if not data:
+                try:
+                    frames.check_eof()
+                except FrameError as exc:
+                    metrics.protocol_errors.labels(exc.reason).inc()
+                    raise ConnectionClosed(exc.reason, f"client sent a truncated frame: {exc}") from None
+                await self._client_eof()
+                return
+            metrics.bytes_.labels("request").inc(len(data))
+            try:
+                block, offsets = frames.feed(data)
+            except FrameError as exc:
+                metrics.protocol_errors.labels(exc.reason).inc()
+                raise ConnectionClosed(exc.reason, f"client sent a bad frame: {exc}") from None
+            if not offsets:
+                continue
+            now = clock()
+            run_start = offsets[0]  # start of the run of frames forwarded untouched
+            ends = offsets[1:]
+            ends.append(len(block))
+            for start, end in zip(offsets, ends):
+                try:
+                    header = parse_request_header(block, start + 4)
+                except DecodeError as exc:
+                    metrics.protocol_errors.labels("undecodable").inc()
+                    raise ConnectionClosed("undecodable", f"client sent an undecodable request header: {exc}") from None
+                api_key = header.api_key
+                counter = frames_counter.get(api_key)
+                if counter is None:
+                    counter = self.proxy.request_counter(api_key)
+                counter.inc()
+                ex = Exchange(api_key, header.api_version, header.correlation_id, header.client_id, now)
+                if api_key not in slow_apis and (
+                    api_key != apis.PRODUCE or inspect.produce_is_plain(block, start + 4, header, ex)
+                ):
+                    if ex.expects_response:
+                        order.append(ex)
+                        in_flight[header.correlation_id] = ex
+                    ex.sent = now
+                    continue
+                # Off the fast path: forward what came before untouched, then
+                # let the inspector decide what happens to this frame.
+                if run_start < start:
+                    await self.send_upstream(block[run_start:start])
+                run_start = end
+                ex.header = header
+                ex.frame = block[start:end]
+                await inspect.on_request(self, ex)
+            if run_start < len(block):
+                await self.send_upstream(block[run_start:] if run_start else block)
+
+    async def _client_eof(self) -> None:
+        """The client closed its side: finish answering, then close (half-close)."""
+        self.client_done = True
+        if self.upstream is not None:
+            try:
+                self.upstream.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        if self.order:
+            with trio.move_on_after(DRAIN_TIMEOUT):
+                await self.drained.wait()
+        raise ConnectionClosed("client_closed", "client closed the connection")
+
+    def track(self, ex: Exchange) -> None:
+        """Register an exchange whose response must go back in arrival order."""
+        if ex.expects_response:
+            self.order.append(ex)
+
+    def expect_upstream_response(self, ex: Exchange) -> None:
+        if ex.expects_response:
+            self.in_flight[ex.correlation_id] = ex
+
+    async def send_upstream(self, data: bytes) -> None:
+        sock = self.upstream
+        if sock is None:
+            return
+        lock = self.upstream_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
+            await net.send_all(sock, data)
+        except OSError as exc:
+            raise ConnectionClosed("upstream_closed", f"broker connection failed while sending: {exc}") from None
+        finally:
+            lock.release()
+
+    # ------------------------------------------------------------------ broker -> client
+
+    async def _pump_responses(self) -> None:
+        assert self.upstream is not None
+        frames = FrameBuffer(self.proxy.config.max_frame_bytes)
+        upstream = self.upstream
+        inspect = self.proxy.inspector
+        in_flight = self.in_flight
+        order = self.order
+        clock = trio.current_time
+        latency = self.proxy.client_latency_histograms
+        response_counters = self.proxy.response_frame_counters
+        inspect_from = inspect.inspect_responses_from
+        while True:
+            try:
+                data = await upstream.recv(net.RECV_BYTES)
+            except OSError as exc:
+                raise ConnectionClosed("upstream_closed", f"broker connection failed: {exc}") from None
+            if not data:
+                raise ConnectionClosed(
+                    "upstream_closed", f"broker {self.upstream_endpoint} closed the connection"
+                )
+            metrics.bytes_.labels("response").inc(len(data))
+            try:
+                block, offsets = frames.feed(data)
+            except FrameError as exc:
+                metrics.protocol_errors.labels(exc.reason).inc()
+                raise ConnectionClosed(exc.reason, f"broker sent a bad frame: {exc}") from None
+            if not offsets:
+                continue
+            now = clock()
+            untouched = True  # every frame passes through, in order: send the block as is
+            ends = offsets[1:]
+            ends.append(len(block))
+            for i, (start, end) in enumerate(zip(offsets, ends)):
+                corr = _I32.unpack_from(block, start + 4)[0]
+                ex = in_flight.pop(corr, None)
+                if ex is None:
+                    raise ConnectionClosed(
+                        "upstream_closed", f"broker answered correlation id {corr}, which was never asked"
+                    )
+                counter = response_counters.get(ex.api_key)
+                if counter is None:
+                    counter = self.proxy.response_counter(ex.api_key)
+                counter.inc()
+                if untouched and (i >= len(order) or order[i] is not ex):
+                    untouched = False
+                min_version = inspect_from.get(ex.api_key)
+                if ex.header is None and (min_version is None or ex.api_version < min_version):
+                    ex.response = block[start:end]
+                    hist = latency.get(ex.api_key)
+                    if hist is None:
+                        hist = self.proxy.latency_histogram(ex.api_key)
+                    hist.observe(now - ex.arrived)
+                else:
+                    untouched = False
+                    await inspect.on_response(self, ex, block[start:end], now)
+            if untouched:
+                for _ in offsets:
+                    order.popleft()
+                await self.send_client(block)
+                if not order:
+                    self.drained.set()
+            else:
+                await self.flush_responses()
+
+    async def flush_responses(self) -> None:
+        """Send every response that is ready, in request order."""
+        order = self.order
+        out = []
+        while order:
+            head = order[0]
+            if head.response is None:
+                break
+            order.popleft()
+            if not head.suppress_response:
+                out.append(head.response)
+        if out:
+            await self.send_client(b"".join(out) if len(out) > 1 else out[0])
+        if not order:
+            self.drained.set()
+
+    async def send_client(self, data: bytes) -> None:
+        lock = self.client_lock
+        if lock.locked():
+            await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
+            await net.send_all(self.client, data)
+        except OSError as exc:
+            raise ConnectionClosed("client_closed", f"client connection failed while sending: {exc}") from None
+        finally:
+            lock.release()

@@ -1,0 +1,186 @@
+"""A proxy instance: listeners, connections, broker discovery, shutdown.
+
+Port scheme (docs/ports.md): the bootstrap listener is `--listen`; broker
+node N gets a listener on `broker_port_base + N` (default base: listen port
++ 1), opened as soon as the proxy learns of the broker (at start-up and from
+any response that names it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import socket
+from typing import Any
+
+import trio
+
+from kproxy.io import net
+from kproxy.io.config import ProxyConfig
+from kproxy.io.connection import ClientConnection
+from kproxy.io.inspect import Inspector
+from kproxy.obs import metrics
+from kproxy.protocol import apis
+from kproxy.protocol.codec import decode_response, encode_request
+from kproxy.protocol.framing import FrameBuffer
+from kproxy.protocol.rewrite import AddressMap, Endpoint
+
+log = logging.getLogger("kproxy.proxy")
+
+BOOTSTRAP_NODE = -1
+
+
+class Proxy:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.addresses = AddressMap(config.advertise_host, config.broker_port_base)
+        self.listeners: dict[int, trio.socket.SocketType] = {}
+        self.connections: set[ClientConnection] = set()
+        self._conn_ids = itertools.count(1)
+        self.nursery: trio.Nursery | None = None
+        self.request_frame_counters: dict[int, Any] = {}
+        self.response_frame_counters: dict[int, Any] = {}
+        self.client_latency_histograms: dict[int, Any] = {}
+        self.started = trio.Event()
+        self.inspector = Inspector(self)
+        metrics.pending_requests.labels("in_flight").set_function(self.in_flight_count)
+
+    # ------------------------------------------------------------------ helpers used per frame
+
+    @staticmethod
+    def clock() -> float:
+        return trio.current_time()
+
+    def next_conn_id(self) -> int:
+        return next(self._conn_ids)
+
+    def request_counter(self, api_key: int) -> Any:
+        counter = metrics.frames.labels(apis.api_name(api_key), "request")
+        self.request_frame_counters[api_key] = counter
+        return counter
+
+    def response_counter(self, api_key: int) -> Any:
+        counter = metrics.frames.labels(apis.api_name(api_key), "response")
+        self.response_frame_counters[api_key] = counter
+        return counter
+
+    def latency_histogram(self, api_key: int) -> Any:
+        hist = self.client_latency_histograms.get(api_key)
+        if hist is None:
+            hist = metrics.client_latency.labels(apis.api_name(api_key))
+            self.client_latency_histograms[api_key] = hist
+        return hist
+
+    def in_flight_count(self) -> int:
+        return sum(len(c.in_flight) for c in self.connections)
+
+    def connection_closed(self, conn: ClientConnection) -> None:
+        self.connections.discard(conn)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            await self._open_listener(BOOTSTRAP_NODE, self.config.listen.port)
+            await self._discover_brokers()
+            self.started.set()
+            log.info(
+                "proxy %s listening on %s (bootstrap) for upstream %s; brokers: %s",
+                self.config.proxy_id,
+                self.config.listen,
+                ", ".join(map(str, self.config.upstreams)),
+                ", ".join(
+                    f"node {n} -> {self.config.listen.host}:{self.addresses.port_for(n)}"
+                    for n in sorted(self.addresses.upstream)
+                )
+                or "none yet",
+            )
+            task_status.started()
+
+    def shutdown(self) -> None:
+        for conn in list(self.connections):
+            conn.close("proxy_shutdown", "proxy is shutting down")
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ listeners
+
+    async def ensure_listener(self, node_id: int) -> None:
+        if node_id not in self.listeners:
+            await self._open_listener(node_id, self.addresses.port_for(node_id))
+
+    async def _open_listener(self, node_id: int, port: int) -> None:
+        host = self.config.listen.host
+        sock = trio.socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            await sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            what = "bootstrap listener" if node_id == BOOTSTRAP_NODE else f"listener for broker node {node_id}"
+            raise OSError(f"cannot open the {what} on {host}:{port}: {exc.strerror or exc}") from exc
+        sock.listen(512)
+        self.listeners[node_id] = sock
+        if node_id != BOOTSTRAP_NODE:
+            log.info("broker node %d: listening on %s:%d", node_id, host, port)
+        assert self.nursery is not None
+        self.nursery.start_soon(self._accept_loop, node_id, sock)
+
+    async def _accept_loop(self, node_id: int, listener: trio.socket.SocketType) -> None:
+        assert self.nursery is not None
+        with listener:
+            while True:
+                try:
+                    client, addr = await listener.accept()
+                except OSError as exc:
+                    # Running out of file descriptors must not kill the listener.
+                    log.error("accept failed on %s: %s", listener.getsockname(), exc)
+                    await trio.sleep(0.1)
+                    continue
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                upstream = self._upstream_for(node_id)
+                conn = ClientConnection(self, client, f"{addr[0]}:{addr[1]}", node_id, upstream)
+                self.connections.add(conn)
+                self.nursery.start_soon(conn.serve)
+
+    def _upstream_for(self, node_id: int) -> Endpoint:
+        if node_id == BOOTSTRAP_NODE:
+            return self.config.upstreams[0]
+        return self.addresses.upstream[node_id]
+
+    # ------------------------------------------------------------------ discovery
+
+    async def _discover_brokers(self) -> None:
+        """Ask the cluster for its brokers so their listeners exist before any client needs them."""
+        from kio.schema.metadata.v1.request import MetadataRequest
+
+        for upstream in self.config.upstreams:
+            try:
+                brokers = await self._fetch_brokers(upstream, MetadataRequest(topics=()))
+            except (OSError, trio.TooSlowError, ValueError) as exc:
+                log.warning("cannot discover brokers through %s: %s", upstream, exc or "timed out")
+                continue
+            for node_id, host, port in brokers:
+                self.addresses.learn(node_id, host, port)
+                await self.ensure_listener(node_id)
+            return
+        log.warning(
+            "no upstream answered at start-up; broker listeners open when a client's Metadata request gets through"
+        )
+
+    async def _fetch_brokers(self, upstream: Endpoint, request: Any) -> list[tuple[int, str, int]]:
+        sock = await net.connect(upstream.host, upstream.port, self.config.connect_timeout)
+        with sock, trio.fail_after(self.config.connect_timeout):
+            await net.send_all(sock, encode_request(request, 1, "kproxy"))
+            frames = FrameBuffer()
+            while True:
+                data = await sock.recv(net.RECV_BYTES)
+                if not data:
+                    raise OSError("broker closed the connection during discovery")
+                block, offsets = frames.feed(data)
+                if offsets:
+                    payload = block[offsets[0] + 4 :]
+                    break
+        response = decode_response(apis.METADATA, 1, payload)
+        return [(int(b.node_id), b.host, int(b.port)) for b in response.brokers]

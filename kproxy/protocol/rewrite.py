@@ -1,0 +1,126 @@
+"""Address rewriting and ApiVersions capping, sans-IO.
+
+Every response that names a broker is rewritten so clients only ever learn
+proxy listeners. The port scheme is deterministic: the listener for broker
+node N is `broker_port_base + N` on the advertised host (docs/ports.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.static.primitive import i16, i32
+
+from kproxy.protocol import apis
+
+# Responses whose body always names brokers.
+ADDRESS_APIS = frozenset({apis.METADATA, apis.FIND_COORDINATOR, apis.DESCRIBE_CLUSTER})
+# Responses that carry leader endpoints (a tagged field) from these versions on.
+LEADER_HINT_MIN_VERSION = {apis.PRODUCE: 10, apis.FETCH: 16}
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class AddressMap:
+    """What the proxy learnt about upstream brokers and how it advertises them."""
+
+    advertise_host: str
+    broker_port_base: int
+    max_node_id: int = 65535 - 1
+    upstream: dict[int, Endpoint] = field(default_factory=dict)
+    # Upstream host names as bytes: if none occurs in a Produce/Fetch response,
+    # it cannot carry a broker endpoint and is passed through undecoded.
+    needles: set[bytes] = field(default_factory=set)
+
+    def port_for(self, node_id: int) -> int:
+        port = self.broker_port_base + node_id
+        if node_id < 0 or port > 65535:
+            raise ValueError(
+                f"broker node id {node_id} does not fit the port scheme (base {self.broker_port_base}); "
+                "lower --broker-port-base"
+            )
+        return port
+
+    def learn(self, node_id: int, host: str, port: int) -> bool:
+        """Record a broker's upstream address; True if it is new or moved."""
+        endpoint = Endpoint(host, port)
+        if self.upstream.get(node_id) == endpoint:
+            return False
+        self.upstream[node_id] = endpoint
+        self.needles.add(host.encode())
+        return True
+
+    def may_name_brokers(self, payload: bytes) -> bool:
+        return any(needle in payload for needle in self.needles)
+
+
+def _rewrite_endpoints(value: Any, amap: AddressMap, learnt: list[int]) -> Any:
+    """Return `value` with every (node_id, host, port) triple pointed at the proxy."""
+    if isinstance(value, tuple):
+        new = tuple(_rewrite_endpoints(v, amap, learnt) for v in value)
+        return new if any(a is not b for a, b in zip(new, value)) else value
+
+    fields = getattr(value, "__dataclass_fields__", None)
+    if not fields:
+        return value
+    changes: dict[str, Any] = {}
+    if "host" in fields and "port" in fields and "node_id" in fields:
+        node_id = int(value.node_id)
+        if node_id >= 0 and value.host:
+            if amap.learn(node_id, value.host, int(value.port)):
+                learnt.append(node_id)
+            changes["host"] = amap.advertise_host
+            changes["port"] = i32(amap.port_for(node_id))
+    for name in fields:
+        if name in changes:
+            continue
+        v = getattr(value, name)
+        nested = (isinstance(v, tuple) and v and hasattr(v[0], "__dataclass_fields__")) or hasattr(
+            v, "__dataclass_fields__"
+        )
+        if nested:
+            nv = _rewrite_endpoints(v, amap, learnt)
+            if nv is not v:
+                changes[name] = nv
+    return dataclasses.replace(value, **changes) if changes else value
+
+
+def rewrite_addresses(payload: Any, amap: AddressMap) -> tuple[Any, list[int]]:
+    """Rewrite broker endpoints in a decoded response.
+
+    Returns the new payload (the same object when nothing named a broker) and
+    the node ids whose upstream address was new, so the shell can open
+    listeners for them.
+    """
+    learnt: list[int] = []
+    return _rewrite_endpoints(payload, amap, learnt), learnt
+
+
+def cap_api_versions(payload: Any) -> Any:
+    """Cap each advertised max version to what kio can decode.
+
+    APIs kio does not know are left as the broker advertised them: the proxy
+    passes those through untouched and never needs to decode them.
+    """
+    keys = getattr(payload, "api_keys", None)
+    if not keys:
+        return payload
+    capped = []
+    for entry in keys:
+        bounds = apis.DECODABLE.get(int(entry.api_key))
+        if bounds is not None and entry.max_version > bounds[1]:
+            if entry.min_version > bounds[1]:
+                continue  # nothing both sides understand: do not advertise it
+            entry = dataclasses.replace(entry, max_version=i16(bounds[1]))
+        capped.append(entry)
+    return dataclasses.replace(payload, api_keys=tuple(capped))
