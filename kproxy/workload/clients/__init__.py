@@ -1,0 +1,21 @@
+"""Client adapters: one workload, several Kafka client libraries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kproxy.workload.clients.base import ClientFactory
+
+
+def client_factory(name: str, bootstrap: str, producer_overrides: Mapping[str, str],
+                   consumer_overrides: Mapping[str, str]) -> ClientFactory:
+    """The factory for a client library by name; each library is imported only when chosen."""
+    if name == "confluent-kafka":
+        from kproxy.workload.clients.confluent import ConfluentFactory
+
+        return ConfluentFactory(bootstrap, producer_overrides, consumer_overrides)
+    if name == "kafka-python":
+        from kproxy.workload.clients.kafka_python import KafkaPythonFactory
+
+        return KafkaPythonFactory(bootstrap, producer_overrides, consumer_overrides)
+    raise ValueError(f"unknown client {name!r} (confluent-kafka or kafka-python)")
