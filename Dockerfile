@@ -1,8 +1,8 @@
 # kproxy: Kafka protocol proxy and fault-injection gateway.
 #
 #   docker build -t kproxy .
-#   docker run --rm -p 19092:19092 -p 19204:19204 -p 8080:8080 kproxy \
-#       run --upstream kafka:9092 --listen 0.0.0.0:19092 --admin 0.0.0.0:8080 --advertise localhost
+#   docker run --rm -p 19092:19092 -p 19204:19204 -p 19080:19080 kproxy \
+#       run --upstream kafka:9092 --listen 0.0.0.0:19092 --admin 0.0.0.0:19080 --advertise localhost
 #
 # See docs/observability.md for the compose stack and the port scheme.
 
@@ -13,7 +13,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    KPROXY_ADMIN_PORT=8080
+    KPROXY_ADMIN_PORT=19080
 
 # Java runs the Spark analysis (`kproxy analyze`). The man directory is missing in
 # slim images and the JRE's post-install script fails without it.
@@ -44,12 +44,12 @@ VOLUME ["/var/lib/kproxy/traces"]
 
 # Bootstrap listener 19092, then one listener per broker at 19092 + 1 + node id
 # (node ids 0-111: up to 19204, the embedded Tansu broker, node 111), and the admin HTTP port.
-EXPOSE 19092-19204 8080
+EXPOSE 19092-19204 19080
 
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('KPROXY_ADMIN_PORT', '8080'), timeout=2)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('KPROXY_ADMIN_PORT', '19080'), timeout=2)"]
 
 ENTRYPOINT ["kproxy"]
 # Default: proxy a broker reachable as kafka:9092 (for example a container named
 # kafka on the same network) and tell clients to come back through localhost.
-CMD ["run", "--upstream", "kafka:9092", "--listen", "0.0.0.0:19092", "--admin", "0.0.0.0:8080", "--advertise", "localhost"]
+CMD ["run", "--upstream", "kafka:9092", "--listen", "0.0.0.0:19092", "--admin", "0.0.0.0:19080", "--advertise", "localhost"]
