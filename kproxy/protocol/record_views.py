@@ -1,0 +1,180 @@
+"""The records-level part of a trace event: per-partition records, offsets and markers.
+
+Each function turns a decoded kio Produce or Fetch payload (any version kio
+knows) into the event's `partitions` list, whose elements are dicts with
+exactly the PARTITION fields of kproxy.obs.trace_schema, and records with
+exactly the RECORD fields. Keys and values are UTF-8 text when they are valid
+UTF-8, else 'b64:' + base64, so a trace line is always valid JSON.
+
+Undecodable record bytes never fail the event: the partition's `records` is
+null (the broker will answer the client about its own bad bytes).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kproxy.obs.trace_schema import ABORTED_TXN, PARTITION, RECORD
+from kproxy.protocol.records import RecordBatch, RecordDecodeError, control_type_of, decode_batches
+
+log = logging.getLogger(__name__)
+
+PARTITION_KEYS = tuple(f.name for f in PARTITION)
+RECORD_KEYS = tuple(f.name for f in RECORD)
+ABORTED_TXN_KEYS = tuple(f.name for f in ABORTED_TXN)
+
+TopicNames = Mapping[uuid.UUID, str]
+
+
+def payload_text(data: bytes | None) -> str | None:
+    """A key or value as trace text: UTF-8 when it is, else 'b64:' + base64."""
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "b64:" + base64.b64encode(data).decode("ascii")
+
+
+def topic_text(topic: Any, topic_names: TopicNames | None = None) -> str:
+    """The topic of a kio topic entry: its name, or its id mapped to a name, or the id as text."""
+    name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+    if name is not None:
+        return name
+    topic_id = topic.topic_id
+    if topic_names and topic_id in topic_names:
+        return topic_names[topic_id]
+    return str(topic_id)
+
+
+def _partition_view(**values: Any) -> dict[str, Any]:
+    view = dict.fromkeys(PARTITION_KEYS)
+    view.update(values)
+    assert len(view) == len(PARTITION_KEYS), f"not PARTITION fields: {set(view) - set(PARTITION_KEYS)}"
+    return view
+
+
+def _record_views(batches: Iterable[RecordBatch], with_offsets: bool) -> list[dict[str, Any]]:
+    views = []
+    for batch in batches:
+        for record in batch.records:
+            views.append(
+                {
+                    "offset": record.offset if with_offsets else None,
+                    "key": payload_text(record.key),
+                    "value": payload_text(record.value),
+                    "control": control_type_of(record.key) if batch.is_control else None,
+                    "producer_id": batch.producer_id,
+                    "producer_epoch": batch.producer_epoch,
+                    "sequence": batch.sequence_of(record),
+                    "transactional": batch.is_transactional,
+                }
+            )
+    return views
+
+
+def _decoded(records: bytes | None, where: str) -> list[RecordBatch] | None:
+    try:
+        return decode_batches(records)
+    except RecordDecodeError as exc:
+        log.debug("records of %s not traced: %s", where, exc)
+        return None
+
+
+def _records_fields(records: bytes | None, where: str, with_offsets: bool) -> dict[str, Any]:
+    batches = _decoded(records, where)
+    if batches is None:
+        return {"compression": None, "records": None}
+    return {
+        "compression": batches[0].compression if batches else None,
+        "records": _record_views(batches, with_offsets),
+    }
+
+
+def produce_request_partitions(req: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
+    """Records a Produce request carries, per partition; offsets are null (not assigned yet)."""
+    views = []
+    for topic in req.topic_data:
+        name = topic_text(topic, topic_names)
+        for part in topic.partition_data:
+            views.append(
+                _partition_view(
+                    topic=name,
+                    partition=part.index,
+                    **_records_fields(part.records, f"produce {name}-{part.index}", with_offsets=False),
+                )
+            )
+    return views
+
+
+def produce_response_partitions(
+    resp: Any, request_partitions: list[dict[str, Any]] | None, topic_names: TopicNames | None = None
+) -> list[dict[str, Any]]:
+    """A Produce response per partition, with the request's records at the offsets it assigned.
+
+    Record i of the partition's request gets base_offset + i, when the
+    partition succeeded; an error response assigns no offsets, whatever its
+    base_offset field says (that field is kept as sent, e.g. a spurious 0).
+    A partition whose request is unknown has null records.
+    """
+    sent = {(p["topic"], p["partition"]): p for p in request_partitions or ()}
+    views = []
+    for topic in resp.responses:
+        name = topic_text(topic, topic_names)
+        for part in topic.partition_responses:
+            request = sent.get((name, part.index))
+            records = None
+            compression = None
+            if request is not None and request["records"] is not None:
+                compression = request["compression"]
+                assigned = part.error_code == 0 and part.base_offset >= 0
+                records = [
+                    {**record, "offset": part.base_offset + i if assigned else None}
+                    for i, record in enumerate(request["records"])
+                ]
+            views.append(
+                _partition_view(
+                    topic=name,
+                    partition=part.index,
+                    error_code=int(part.error_code),
+                    base_offset=part.base_offset,
+                    log_start_offset=getattr(part, "log_start_offset", None),
+                    compression=compression,
+                    records=records,
+                )
+            )
+    return views
+
+
+def fetch_response_partitions(resp: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
+    """What a Fetch response returned per partition: records with offsets, markers and offsets.
+
+    Fetch v13+ names topics by id: pass the id -> name map learnt from
+    Metadata, or the id is written as text. Every record of every complete
+    batch is listed, including records below the fetch offset that a broker
+    returns because they share a batch with it (clients skip those).
+    """
+    views = []
+    for topic in resp.responses:
+        name = topic_text(topic, topic_names)
+        for part in topic.partitions:
+            aborted = getattr(part, "aborted_transactions", None)
+            views.append(
+                _partition_view(
+                    topic=name,
+                    partition=part.partition_index,
+                    error_code=int(part.error_code),
+                    high_watermark=part.high_watermark,
+                    last_stable_offset=getattr(part, "last_stable_offset", None),
+                    log_start_offset=getattr(part, "log_start_offset", None),
+                    aborted_transactions=None
+                    if aborted is None
+                    else [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted],
+                    **_records_fields(part.records, f"fetch {name}-{part.partition_index}", with_offsets=True),
+                )
+            )
+    return views
