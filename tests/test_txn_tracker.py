@@ -227,6 +227,17 @@ def test_end_txn_v5_epoch_bump_fences_the_stale_copy(tracker: TxnTracker) -> Non
     assert tracker.snapshot()[0]["producer_epoch"] == 1
 
 
+def test_end_txn_v5_retry_with_the_old_epoch_is_not_fenced(tracker: TxnTracker) -> None:
+    """The coordinator accepts a retry of the bumping EndTxn until a new transaction begins."""
+    in_order(tracker, produce(epoch=0))
+    commit1 = end_txn(True, epoch=0)
+    in_order(tracker, commit1)
+    tracker.on_response(commit1, ResponseUpdate(0, producer_id=PID, producer_epoch=1))
+    assert in_order(tracker, commit1) == (1, Delivery(1, None))
+    in_order(tracker, produce(epoch=1))
+    assert tracker.check_delivery(commit1, 1).kind == "fenced"
+
+
 def test_end_txn_v5_new_producer_id_on_epoch_overflow(tracker: TxnTracker) -> None:
     in_order(tracker, produce(epoch=0))
     commit1 = end_txn(True, epoch=0)

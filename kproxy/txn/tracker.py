@@ -77,7 +77,7 @@ class TxnTracker:
         open a transaction the live producer never started.
         """
         producer = self._touch(req.transactional_id)
-        if producer.identity.is_fenced(req):
+        if producer.identity.is_fenced(req, producer.client.phase == "ending"):
             return producer.client.number
         producer.identity = producer.identity.seen_request(req)
         result = step(producer.client, req)
@@ -140,7 +140,7 @@ class TxnTracker:
 
     def _delivery_step(self, producer: _Producer, req: TxnRequest, client_number: int):  # noqa: ANN202
         # A fenced request is refused by the broker, so it changes nothing there.
-        if producer.identity.is_fenced(req):
+        if producer.identity.is_fenced(req, producer.broker.phase == "ending"):
             number = producer.broker.number
             detail = producer.identity.describe_fence(req)
             return None, Hazard("fenced", client_number, number, req.committed, detail)
