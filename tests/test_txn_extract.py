@@ -190,11 +190,12 @@ def test_other_apis_are_not_transactional() -> None:
 # --- responses -------------------------------------------------------------------
 
 END = TxnRequest("end_txn", "tx-a", 5, 2, committed=True)
+NO_THROTTLE = datetime.timedelta(0)
 
 
 def test_init_producer_id_response_hands_out_identity() -> None:
     module = schema("init_producer_id", 4, "response")
-    payload = wire(module.InitProducerIdResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode(0), producer_id=88,
+    payload = wire(module.InitProducerIdResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(0), producer_id=88,
                                                  producer_epoch=6))
     init = TxnRequest("init_producer_id", "tx-a", -1, -1)
     assert response_update(22, init, payload) == ResponseUpdate(0, False, 88, 6)
@@ -202,7 +203,7 @@ def test_init_producer_id_response_hands_out_identity() -> None:
 
 def test_init_producer_id_error_is_recorded_without_identity() -> None:
     module = schema("init_producer_id", 4, "response")
-    payload = wire(module.InitProducerIdResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode(90), producer_id=-1,
+    payload = wire(module.InitProducerIdResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(90), producer_id=-1,
                                                  producer_epoch=-1))
     init = TxnRequest("init_producer_id", "tx-a", 5, 1)
     assert response_update(22, init, payload) == ResponseUpdate(90, True, None, None)
@@ -210,17 +211,19 @@ def test_init_producer_id_error_is_recorded_without_identity() -> None:
 
 def test_end_txn_v5_response_carries_bumped_epoch_and_v4_does_not() -> None:
     v5 = schema("end_txn", 5, "response")
-    payload = wire(v5.EndTxnResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode(0), producer_id=5,
+    payload = wire(v5.EndTxnResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(0), producer_id=5,
                                      producer_epoch=3))
     assert response_update(26, END, payload) == ResponseUpdate(0, False, 5, 3)
     v4 = schema("end_txn", 4, "response")
-    assert response_update(26, END, wire(v4.EndTxnResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode(0)))) is None
+    v4_payload = wire(v4.EndTxnResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(0)))
+    assert response_update(26, END, v4_payload) is None
 
 
 @pytest.mark.parametrize(("code", "fenced"), [(90, True), (47, True), (49, True), (48, False), (53, False)])
 def test_end_txn_errors(code: int, fenced: bool) -> None:
     v3 = schema("end_txn", 3, "response")
-    update = response_update(26, END, wire(v3.EndTxnResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode(code))))
+    payload = wire(v3.EndTxnResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(code)))
+    update = response_update(26, END, payload)
     assert update == ResponseUpdate(code, fenced, None, None)
 
 
@@ -228,19 +231,21 @@ def test_produce_response_fencing_error_wins_over_others() -> None:
     module = schema("produce", 9, "response")
 
     def partition(index: int, code: int) -> Any:
-        return module.PartitionProduceResponse(index=index, error_code=ErrorCode(code), base_offset=-1, record_errors=())
+        return module.PartitionProduceResponse(
+            index=index, error_code=ErrorCode(code), base_offset=-1, record_errors=()
+        )
 
     payload = wire(
         module.ProduceResponse(
             responses=(module.TopicProduceResponse(name="orders", partition_responses=(partition(0, 6),
                                                                                        partition(1, 47))),),
-            throttle_time=datetime.timedelta(0),
+            throttle_time=NO_THROTTLE,
         )
     )
     req = TxnRequest("produce", "tx-a", 5, 2)
     assert response_update(0, req, payload) == ResponseUpdate(47, True)
     ok = wire(module.ProduceResponse(responses=(module.TopicProduceResponse(
-        name="orders", partition_responses=(partition(0, 0),)),), throttle_time=datetime.timedelta(0)))
+        name="orders", partition_responses=(partition(0, 0),)),), throttle_time=NO_THROTTLE))
     assert response_update(0, req, ok) is None
 
 
@@ -257,7 +262,7 @@ def test_batched_add_partitions_response_reads_own_transaction_only() -> None:
             ),),
         )
 
-    payload = wire(module.AddPartitionsToTxnResponse(throttle_time=datetime.timedelta(0), error_code=ErrorCode(0),
+    payload = wire(module.AddPartitionsToTxnResponse(throttle_time=NO_THROTTLE, error_code=ErrorCode(0),
                                                      results_by_transaction=(result("a", 0), result("b", 90))))
     assert response_update(24, TxnRequest("add_partitions", "a", 1, 0), payload) is None
     assert response_update(24, TxnRequest("add_partitions", "b", 2, 0), payload) == ResponseUpdate(90, True)
@@ -266,7 +271,7 @@ def test_batched_add_partitions_response_reads_own_transaction_only() -> None:
 def test_txn_offset_commit_response_error() -> None:
     module = schema("txn_offset_commit", 3, "response")
     payload = wire(module.TxnOffsetCommitResponse(
-        throttle_time=datetime.timedelta(0),
+        throttle_time=NO_THROTTLE,
         topics=(module.TxnOffsetCommitResponseTopic(name="orders", partitions=(
             module.TxnOffsetCommitResponsePartition(partition_index=0, error_code=ErrorCode(48)),)),),
     ))
