@@ -36,6 +36,8 @@ class ProxyConfig:
     admin: Endpoint | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     connect_timeout: float = 10.0
+    # Longest a held duplicate waits for its event before it is sent anyway.
+    hold_timeout: float = 30.0
     rules_path: Path | None = None
     seed: int | None = None
     guard: bool = False

@@ -130,6 +130,11 @@ class ClientConnection:
     def _upstream_reason(self) -> str:
         return self.close_reason if self.close_reason in ("upstream_closed", "fault_disconnect") else "client_closed"
 
+    def drop_upstream(self, message: str) -> None:
+        """Cut the broker side; the client then sees a disconnect, as from a dead broker."""
+        net.close_quietly(self.upstream)
+        self.close("fault_disconnect", message)
+
     def close(self, reason: str, message: str) -> None:
         """Close from outside the pumps (a fault rule, proxy shutdown)."""
         if self.nursery is not None:

@@ -1,21 +1,41 @@
 """The slow path: everything the proxy does beyond reading headers.
 
-A request comes here when its API needs it (transactional APIs for the
-tracker, APIs some fault rule wants, everything when tracing) and a response
-when it names brokers, caps versions, or belongs to a request that came here.
+A request comes here when its API needs it: the transactional APIs (for the
+tracker), a transactional Produce, an API some fault rule wants, or every
+request while tracing. A response comes here when it names brokers, caps
+versions, or answers a request that came here.
+
+Order of work for a request: decode (only if something needs the body) ->
+number it on the client side -> ask the fault engine -> carry out the
+decision -> on delivery, number it on the broker side, check for a hazard
+(guard mode refuses hazardous deliveries) -> send.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import trio
+
+from kproxy.faults import decisions as d
+from kproxy.faults.view import RequestView
 from kproxy.io.exchange import Exchange
 from kproxy.obs import metrics
 from kproxy.protocol import apis
-from kproxy.protocol.codec import DecodeError, decode_response, encode_response, response_correlation_id
+from kproxy.protocol import response_rewrite as rr
+from kproxy.protocol.codec import (
+    DecodeError,
+    decode_request,
+    decode_response,
+    encode_response,
+    error_codes,
+    response_correlation_id,
+)
+from kproxy.protocol.error_responses import error_response, replace_error_codes
 from kproxy.protocol.produce_peek import produce_acks, produce_transactional_id
 from kproxy.protocol.rewrite import ADDRESS_APIS, LEADER_HINT_MIN_VERSION, cap_api_versions, rewrite_addresses
+from kproxy.txn.extract import response_update, txn_requests
 
 if TYPE_CHECKING:
     from kproxy.io.connection import ClientConnection
@@ -23,28 +43,70 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kproxy.inspect")
 
+# Kafka error a guard-mode refusal answers with: the transaction is not in a
+# state where this request belongs (the client sees a definite failure).
+INVALID_TXN_STATE = 48
+
+REWRITES = {
+    "produce_error_offset_zero": lambda resp, dec, names: rr.produce_error_with_offset(
+        resp, dec.error_code if dec.error_code is not None else 6, offset=0
+    ),
+    "fetch_stale_high_watermark": lambda resp, dec, names: rr.fetch_stale_high_watermark(resp, dec.lag),
+    "fetch_stale_last_stable_offset": lambda resp, dec, names: rr.fetch_stale_last_stable_offset(resp, dec.lag),
+    "fetch_drop_records": lambda resp, dec, names: rr.fetch_drop_records(resp),
+    "fetch_drop_control_batches": lambda resp, dec, names: rr.fetch_drop_control_batches(resp),
+    "fetch_drop_aborted_transactions": lambda resp, dec, names: rr.fetch_drop_aborted_transactions(resp),
+}
+
+
+class _AllApis:
+    """Stands for "every API key" in membership tests (tracing inspects everything)."""
+
+    def __contains__(self, api_key: object) -> bool:
+        return True
+
+
+class HeldRequest:
+    __slots__ = ("conn", "ex", "decision", "released", "copy")
+
+    def __init__(self, conn: ClientConnection, ex: Exchange, decision: Any, copy: int) -> None:
+        self.conn = conn
+        self.ex = ex
+        self.decision = decision
+        self.released = trio.Event()
+        self.copy = copy
+
 
 class Inspector:
     def __init__(self, proxy: Proxy) -> None:
         self.proxy = proxy
-        self.slow_request_apis: frozenset[int] = frozenset()
+        self.slow_request_apis: Any = frozenset()
         # api key -> lowest version whose responses must be looked at
         self.inspect_responses_from: dict[int, int] = {}
+        self.holds: list[HeldRequest] = []
         self.refresh()
 
     def refresh(self) -> None:
         """Recompute which APIs leave the fast path (rules or tracing changed)."""
-        slow: set[int] = set()
+        engine = self.proxy.engine
         responses = {key: 0 for key in ADDRESS_APIS}
         responses[apis.API_VERSIONS] = 0
         responses.update(LEADER_HINT_MIN_VERSION)
-        self.slow_request_apis = frozenset(slow)
+        if self.proxy.trace is not None:
+            self.slow_request_apis = _AllApis()
+        else:
+            slow = set(apis.TRANSACTIONAL_APIS)
+            slow.update(k for k in apis.API_NAMES if engine.wants(k, "request"))
+            self.slow_request_apis = frozenset(slow)
+        for key in apis.API_NAMES:
+            if engine.wants(key, "response"):
+                responses[key] = 0
         self.inspect_responses_from = responses
 
     # ------------------------------------------------------------------ requests
 
-    def produce_is_plain(self, payload: bytes, start: int, header, ex: Exchange) -> bool:  # noqa: ANN001
-        """Fast-path check for Produce: non-transactional, and note acks=0."""
+    def produce_is_plain(self, payload: bytes, start: int, header: Any, ex: Exchange) -> bool:
+        """Fast-path check for Produce: non-transactional (and note acks=0)."""
         try:
             if produce_transactional_id(payload, start, header) is not None:
                 return False
@@ -54,40 +116,404 @@ class Inspector:
             return False  # the slow path decodes it and reports the error
         return True
 
-    async def on_request(self, conn: ClientConnection, ex: Exchange) -> None:
-        frame = ex.frame
-        assert frame is not None
-        if ex.api_key == apis.PRODUCE:
+    def _undecodable(self, what: str, exc: Exception) -> Exception:
+        from kproxy.io.connection import ConnectionClosed
+
+        metrics.protocol_errors.labels("undecodable").inc()
+        return ConnectionClosed("undecodable", f"undecodable {what}: {exc}")
+
+    def _decode(self, ex: Exchange) -> Any:
+        if ex.request is None and ex.header.body_offset >= 0:
             try:
-                if produce_acks(frame, 4, ex.header) == 0:
+                ex.request = decode_request(ex.header, ex.frame, 4)
+            except DecodeError as exc:
+                raise self._undecodable(f"{apis.api_name(ex.api_key)} v{ex.api_version} request", exc) from None
+        return ex.request
+
+    async def on_request(self, conn: ClientConnection, ex: Exchange) -> None:
+        proxy = self.proxy
+        engine = proxy.engine
+        api_key = ex.api_key
+        txn_id = None
+        if api_key == apis.PRODUCE:
+            try:
+                txn_id = produce_transactional_id(ex.frame, 4, ex.header)
+                if produce_acks(ex.frame, 4, ex.header) == 0:
                     ex.expects_response = False
             except DecodeError as exc:
-                from kproxy.io.connection import ConnectionClosed
+                raise self._undecodable("Produce request", exc) from None
+        wants = engine.wants(api_key, "request")
+        if (
+            api_key in apis.TRANSACTIONAL_APIS
+            or txn_id is not None
+            or (wants and engine.needs_body(api_key, "request"))
+            or (proxy.trace_records and api_key == apis.PRODUCE)
+        ):
+            request = self._decode(ex)
+            if request is not None:
+                ex.txn = txn_requests(api_key, request)
+                for txn in ex.txn:
+                    number = proxy.tracker.on_request(txn)
+                    if ex.txn_client is None:
+                        ex.txn_client = number
+                if proxy.trace_records and api_key == apis.PRODUCE:
+                    ex.request_partitions = proxy.record_views.produce_request_partitions(request)
+        decision = d.FORWARD
+        if wants:
+            decision = engine.decide(self._view(ex, "request"), proxy.clock())
+        if decision.rule_id:
+            ex.decision = decision
+            metrics.faults_applied.labels(decision.rule_id, decision.action).inc()
+        await self._carry_out(conn, ex, decision)
+        self._release_retries(ex)
 
-                metrics.protocol_errors.labels("undecodable").inc()
-                raise ConnectionClosed("undecodable", f"undecodable Produce request: {exc}") from None
-        await self.deliver(conn, ex)
+    def _view(self, ex: Exchange, direction: str) -> RequestView:
+        request = ex.request
+        topics = None
+        committed = None
+        txn_id = ex.txn[0].transactional_id if ex.txn else getattr(request, "transactional_id", None)
+        if request is not None:
+            topics = _topics_of(request)
+            if ex.api_key == apis.END_TXN:
+                committed = bool(request.committed)
+        return RequestView(
+            api_key=ex.api_key,
+            api_version=ex.api_version,
+            direction=direction,  # type: ignore[arg-type]
+            client_id=ex.client_id,
+            transactional_id=txn_id,
+            topics=topics,
+            committed=committed,
+            txn_number=ex.txn_client,
+        )
 
-    async def deliver(self, conn: ClientConnection, ex: Exchange) -> None:
-        conn.track(ex)
+    async def _carry_out(self, conn: ClientConnection, ex: Exchange, decision: Any) -> None:
+        proxy = self.proxy
+        if isinstance(decision, (d.Forward, d.ReplaceError, d.DropResponse, d.Rewrite)):
+            await self.deliver(conn, ex)
+        elif isinstance(decision, d.Delay):
+            conn.track(ex)
+            ex.outcome = "delayed"
+            proxy.nursery_for(conn).start_soon(self._deliver_later, conn, ex, decision.seconds)
+        elif isinstance(decision, d.Duplicate):
+            await self.deliver(conn, ex)
+            ex.outcome = "duplicated"
+            held = HeldRequest(conn, ex, decision, copy=1)
+            if decision.hold_until is not None:
+                self.holds.append(held)
+            proxy.nursery.start_soon(self._duplicate_task, held)
+        elif isinstance(decision, d.Drop):
+            conn.track(ex)  # never answered: later responses wait behind it, as on a stuck broker
+            ex.outcome = "dropped"
+            await self._trace_request(conn, ex)
+        elif isinstance(decision, d.Respond):
+            conn.track(ex)
+            ex.outcome = "answered"
+            await self._answer_with_error(conn, ex, decision.error_code)
+        elif isinstance(decision, d.Disconnect):
+            ex.outcome = "dropped" if decision.when == "before" else "delivered"
+            if decision.when == "after":
+                await self.deliver(conn, ex)
+            else:
+                await self._trace_request(conn, ex)
+            reason = f"fault rule {decision.rule_id!r} disconnected the {decision.side} side {decision.when} forwarding"
+            if decision.side == "upstream":
+                conn.drop_upstream(reason)
+            else:
+                conn.close("fault_disconnect", reason)
+        elif isinstance(decision, d.Hold):
+            conn.track(ex)
+            ex.outcome = "held"
+            held = HeldRequest(conn, ex, decision, copy=0)
+            self.holds.append(held)
+            proxy.nursery.start_soon(self._hold_task, held)
+        else:  # pragma: no cover - the engine only returns the decisions above
+            raise AssertionError(f"unknown decision {decision!r}")
+
+    async def _answer_with_error(self, conn: ClientConnection, ex: Exchange, error_code: int) -> None:
+        request = self._decode(ex)
+        if request is None:
+            log.warning("cannot answer %s v%d with an error: no decoder; forwarding", apis.api_name(ex.api_key), ex.api_version)
+            ex.outcome = "delivered"
+            conn.order.remove(ex)
+            await self.deliver(conn, ex)
+            return
+        response = error_response(ex.api_key, ex.api_version, request, error_code)
+        ex.response = encode_response(response, ex.correlation_id)
+        await self._trace_request(conn, ex)
+        await self._trace_response(conn, ex, len(ex.response) - 4, [error_code], None)
+        await conn.flush_responses()
+
+    def _guard_refuses(self, ex: Exchange) -> Any:
+        """The hazard guard mode refuses this delivery for, if any."""
+        tracker = self.proxy.tracker
+        for txn in ex.txn:
+            hazard = tracker.check_delivery(txn, ex.txn_client)
+            if hazard is not None and hazard.kind in ("stale_end_txn", "late_produce"):
+                return hazard
+        return None
+
+    def _number_delivery(self, ex: Exchange) -> None:
+        tracker = self.proxy.tracker
+        for txn in ex.txn:
+            delivery = tracker.on_delivery(txn, ex.txn_client)
+            if ex.txn_broker is None:
+                ex.txn_broker = delivery.broker_number
+            if delivery.hazard is not None and ex.hazard is None:
+                ex.hazard = delivery.hazard
+                metrics.txn_hazards.labels(delivery.hazard.kind).inc()
+                log.warning(
+                    "hazard %s: %s %s (client txn %d delivered into broker txn %d)%s",
+                    delivery.hazard.kind, apis.api_name(ex.api_key), txn.transactional_id,
+                    delivery.hazard.client_number, delivery.hazard.broker_number,
+                    f" under rule {ex.decision.rule_id!r}" if ex.decision is not None else "",
+                )
+            if txn.kind == "end_txn":
+                metrics.txn_ended.labels("commit" if txn.committed else "abort").inc()
+        if ex.txn:
+            self.proxy.publish_txn_stats()
+            self._release_next_txn(ex)
+
+    async def deliver(self, conn: ClientConnection, ex: Exchange, *, tracked: bool = False) -> None:
+        """Send a request to the broker on the client's own connection."""
+        if self.proxy.config.guard and ex.txn:
+            hazard = self._guard_refuses(ex)
+            if hazard is not None:
+                await self._refuse(conn, ex, hazard, tracked)
+                return
+        self._number_delivery(ex)
+        if not tracked:
+            conn.track(ex)
         conn.expect_upstream_response(ex)
-        ex.sent = conn.proxy.clock()
-        assert ex.frame is not None
+        ex.sent = self.proxy.clock()
+        await self._trace_request(conn, ex)
         await conn.send_upstream(ex.frame)
+
+    async def _refuse(self, conn: ClientConnection | None, ex: Exchange, hazard: Any, tracked: bool) -> None:
+        metrics.guard_refusals.labels(hazard.kind).inc()
+        ex.outcome = "refused"
+        ex.hazard = hazard
+        log.warning(
+            "guard refused %s for %s: client txn %d would land in broker txn %d",
+            apis.api_name(ex.api_key), ex.txn[0].transactional_id, hazard.client_number, hazard.broker_number,
+        )
+        await self._trace_request(conn, ex)
+        if conn is not None and not conn.closed.is_set() and ex.copy == 0:
+            if not tracked:
+                conn.track(ex)
+            await self._answer_with_error(conn, ex, INVALID_TXN_STATE)
+
+    async def _deliver_later(self, conn: ClientConnection, ex: Exchange, seconds: float) -> None:
+        metrics.pending_requests.labels("delayed").inc()
+        try:
+            await trio.sleep(seconds)
+        finally:
+            metrics.pending_requests.labels("delayed").dec()
+        await self.deliver(conn, ex, tracked=True)
+
+    # ------------------------------------------------------------------ holds, duplicates, ghosts
+
+    async def _hold_task(self, held: HeldRequest) -> None:
+        try:
+            await self._hold(held)
+        except Exception:
+            log.exception("held %s could not be delivered", apis.api_name(held.ex.api_key))
+
+    async def _hold(self, held: HeldRequest) -> None:
+        decision = held.decision
+        metrics.pending_requests.labels("held").inc()
+        try:
+            if decision.timeout_s is None:
+                await held.released.wait()
+            else:
+                with trio.move_on_after(decision.timeout_s):
+                    await held.released.wait()
+        finally:
+            metrics.pending_requests.labels("held").dec()
+            if held in self.holds:
+                self.holds.remove(held)
+        conn, ex = held.conn, held.ex
+        if decision.ghost or conn.closed.is_set():
+            await self.ghost_deliver(conn, ex, copy=0)
+        else:
+            try:
+                await self.deliver(conn, ex, tracked=True)
+            except Exception as exc:  # the client's connection died meanwhile
+                log.info("held request could not use the client connection (%s); delivering as ghost", exc)
+                await self.ghost_deliver(conn, ex, copy=0)
+
+    async def _duplicate_task(self, held: HeldRequest) -> None:
+        try:
+            await self._duplicate(held)
+        except Exception:
+            log.exception("duplicate of %s could not be delivered", apis.api_name(held.ex.api_key))
+
+    async def _duplicate(self, held: HeldRequest) -> None:
+        decision = held.decision
+        if decision.hold_until is not None:
+            metrics.pending_requests.labels("held").inc()
+            try:
+                with trio.move_on_after(self.proxy.config.hold_timeout):
+                    await held.released.wait()
+            finally:
+                metrics.pending_requests.labels("held").dec()
+                if held in self.holds:
+                    self.holds.remove(held)
+        for copy in range(1, decision.copies + 1):
+            await trio.sleep(decision.spacing_s)
+            await self.ghost_deliver(held.conn, held.ex, copy=copy)
+
+    async def ghost_deliver(self, conn: ClientConnection, ex: Exchange, copy: int) -> None:
+        """Deliver over the proxy's own connection; the response is traced and dropped."""
+        ghost = _ghost_copy(ex, copy)
+        if self.proxy.config.guard and ghost.txn:
+            hazard = self._guard_refuses(ghost)
+            if hazard is not None:
+                await self._refuse(None, ghost, hazard, True)
+                return
+        self._number_delivery(ghost)
+        ghost.sent = self.proxy.clock()
+        ghost.outcome = "ghost"
+        await self._trace_request(conn, ghost)
+        link = self.proxy.ghost_link(conn.node_id)
+        metrics.pending_requests.labels("ghost").inc()
+        try:
+            await link.send(self.proxy.nursery, ghost.frame, (conn, ghost), ghost.expects_response)
+        except (OSError, trio.TooSlowError) as exc:
+            metrics.pending_requests.labels("ghost").dec()
+            log.warning("ghost delivery of %s failed: %s", apis.api_name(ex.api_key), exc)
+            return
+        if not ghost.expects_response:
+            metrics.pending_requests.labels("ghost").dec()
+
+    async def on_ghost_response(self, token: Any, frame: bytes) -> None:
+        conn, ghost = token
+        metrics.pending_requests.labels("ghost").dec()
+        now = self.proxy.clock()
+        decoded, codes = self._decode_response_for_facts(ghost, frame)
+        self._learn_from_response(ghost, decoded)
+        await self._trace_response(conn, ghost, len(frame) - 4, codes, decoded, now=now)
+
+    def _release_next_txn(self, delivered: Exchange) -> None:
+        """Release holds waiting for their producer's next transaction to send records."""
+        if not self.holds or delivered.api_key != apis.PRODUCE:
+            return
+        txn_id = delivered.txn[0].transactional_id
+        for held in list(self.holds):
+            until = getattr(held.decision, "hold_until", None) or getattr(held.decision, "until", None)
+            if (
+                until == "next_txn_records"
+                and held.ex.txn
+                and held.ex.txn[0].transactional_id == txn_id
+                and (delivered.txn_client or 0) > (held.ex.txn_client or 0)
+            ):
+                self.holds.remove(held)
+                held.released.set()
+
+    def _release_retries(self, arrived: Exchange) -> None:
+        """Release holds waiting for the client to retry the same request."""
+        if not self.holds:
+            return
+        txn_id = arrived.txn[0].transactional_id if arrived.txn else None
+        for held in list(self.holds):
+            until = getattr(held.decision, "hold_until", None) or getattr(held.decision, "until", None)
+            ex = held.ex
+            if (
+                until == "client_retry"
+                and ex is not arrived
+                and ex.api_key == arrived.api_key
+                and ex.client_id == arrived.client_id
+                and (not ex.txn or ex.txn[0].transactional_id == txn_id)
+            ):
+                self.holds.remove(held)
+                held.released.set()
+
+    def connection_closed(self, conn: ClientConnection) -> None:
+        for held in list(self.holds):
+            until = getattr(held.decision, "hold_until", None) or getattr(held.decision, "until", None)
+            if held.conn is conn and until == "client_disconnect":
+                self.holds.remove(held)
+                held.released.set()
 
     # ------------------------------------------------------------------ responses
 
     async def on_response(self, conn: ClientConnection, ex: Exchange, frame: bytes, now: float) -> None:
+        proxy = self.proxy
         api_key = ex.api_key
+        decision = ex.decision
+        if proxy.engine.wants(api_key, "response"):
+            response_decision = proxy.engine.decide(self._view(ex, "response"), now)
+            if response_decision.rule_id:
+                metrics.faults_applied.labels(response_decision.rule_id, response_decision.action).inc()
+                if isinstance(response_decision, d.Delay):
+                    await trio.sleep(response_decision.seconds)
+                decision = response_decision
+                ex.decision = decision
         response = frame
-        if api_key in ADDRESS_APIS or api_key == apis.API_VERSIONS or (
-            api_key in LEADER_HINT_MIN_VERSION and self.proxy.addresses.may_name_brokers(frame)
-        ):
-            response = await self._rewrite(conn, ex, frame)
+        decoded = None
+        codes: list[int] = []
+        needs_rewrite = api_key in ADDRESS_APIS or api_key == apis.API_VERSIONS or (
+            api_key in LEADER_HINT_MIN_VERSION
+            and ex.api_version >= LEADER_HINT_MIN_VERSION[api_key]
+            and proxy.addresses.may_name_brokers(frame)
+        )
+        if needs_rewrite:
+            response, decoded = await self._rewrite(ex, frame)
+        if ex.header is not None:
+            if decoded is None:
+                decoded, codes = self._decode_response_for_facts(ex, frame)
+            else:
+                codes = error_codes(decoded)
+            self._learn_from_response(ex, decoded)
+            changed = None
+            if isinstance(decision, d.ReplaceError) and decoded is not None:
+                changed = replace_error_codes(decoded, decision.error_code)
+                ex.outcome = "rewritten"
+            elif isinstance(decision, d.Rewrite) and decoded is not None:
+                changed = REWRITES[decision.field](decoded, decision, proxy.topic_names)
+                ex.outcome = "rewritten"
+            if changed is not None:
+                response = encode_response(changed, ex.correlation_id)
+                codes = error_codes(changed)
+            elif isinstance(decision, d.DropResponse):
+                ex.suppress_response = True
+                ex.outcome = "dropped"
+            elif isinstance(decision, (d.Drop,)) and decision is not ex.decision:
+                ex.suppress_response = True
+            await self._trace_response(conn, ex, len(response) - 4, codes, decoded, now=now)
         ex.response = response
-        self.proxy.latency_histogram(api_key).observe(now - ex.arrived)
+        proxy.latency_histogram(api_key).observe(now - ex.arrived)
+        if ex.sent:
+            metrics.upstream_latency.labels(apis.api_name(api_key)).observe(now - ex.sent)
+        for code in codes:
+            proxy.count_error(api_key, code)
 
-    async def _rewrite(self, conn: ClientConnection, ex: Exchange, frame: bytes) -> bytes:
+    def _decode_response_for_facts(self, ex: Exchange, frame: bytes) -> tuple[Any, list[int]]:
+        """Decode a response the tracker, a rule or the trace needs; never fatal."""
+        try:
+            decoded = decode_response(ex.api_key, ex.api_version, frame[4:])
+        except DecodeError as exc:
+            log.debug("response to %s v%d not decodable: %s", apis.api_name(ex.api_key), ex.api_version, exc)
+            return None, []
+        return decoded, error_codes(decoded)
+
+    def _learn_from_response(self, ex: Exchange, decoded: Any) -> None:
+        if decoded is None:
+            return
+        tracker = self.proxy.tracker
+        for txn in ex.txn:
+            update = response_update(ex.api_key, txn, decoded)
+            if update is not None:
+                tracker.on_response(txn, update)
+        if ex.txn:
+            self.proxy.publish_txn_stats()
+        if ex.api_key == apis.METADATA:
+            for topic in getattr(decoded, "topics", ()):
+                topic_id = getattr(topic, "topic_id", None)
+                if topic_id is not None and topic.name:
+                    self.proxy.topic_names[topic_id] = topic.name
+
+    async def _rewrite(self, ex: Exchange, frame: bytes) -> tuple[bytes, Any]:
         payload = frame[4:]
         try:
             decoded = decode_response(ex.api_key, ex.api_version, payload)
@@ -100,16 +526,12 @@ class Inspector:
                 except DecodeError:
                     decoded = None
                 if decoded is not None:
-                    return encode_response(cap_api_versions(decoded), response_correlation_id(payload))
+                    return encode_response(cap_api_versions(decoded), response_correlation_id(payload)), None
             if ex.api_key in ADDRESS_APIS:
-                from kproxy.io.connection import ConnectionClosed
-
-                metrics.protocol_errors.labels("undecodable").inc()
-                raise ConnectionClosed(
-                    "undecodable",
-                    f"cannot decode {apis.api_name(ex.api_key)} v{ex.api_version} response to rewrite its addresses: {exc}",
+                raise self._undecodable(
+                    f"{apis.api_name(ex.api_key)} v{ex.api_version} response (its addresses must be rewritten)", exc
                 ) from None
-            return frame  # leader hints are best effort: pass the response through
+            return frame, None  # leader hints are best effort: pass the response through
         if ex.api_key == apis.API_VERSIONS:
             new = cap_api_versions(decoded)
         else:
@@ -117,5 +539,104 @@ class Inspector:
             for node_id in learnt:
                 await self.proxy.ensure_listener(node_id)
         if new is decoded:
-            return frame
-        return encode_response(new, ex.correlation_id)
+            return frame, decoded
+        return encode_response(new, ex.correlation_id), new
+
+    # ------------------------------------------------------------------ traces
+
+    async def _trace_request(self, conn: ClientConnection | None, ex: Exchange) -> None:
+        trace = self.proxy.trace
+        if trace is None:
+            return
+        event = self._event(conn, ex, "request", len(ex.frame) - 4 if ex.frame else 0)
+        event["partitions"] = ex.request_partitions
+        await self.proxy.emit_trace(event)
+
+    async def _trace_response(
+        self, conn: ClientConnection | None, ex: Exchange, size: int, codes: list[int], decoded: Any, now: float | None = None
+    ) -> None:
+        proxy = self.proxy
+        if proxy.trace is None:
+            return
+        now = proxy.clock() if now is None else now
+        event = self._event(conn, ex, "response", size)
+        event["latency_ms"] = (now - ex.arrived) * 1000.0
+        event["upstream_latency_ms"] = (now - ex.sent) * 1000.0 if ex.sent else None
+        event["error_code"] = codes[0] if codes else 0
+        event["error_codes"] = codes
+        if proxy.trace_records and decoded is not None:
+            views = proxy.record_views
+            if ex.api_key == apis.PRODUCE and ex.request_partitions is not None:
+                event["partitions"] = views.produce_response_partitions(decoded, ex.request_partitions)
+            elif ex.api_key == apis.FETCH:
+                event["partitions"] = views.fetch_response_partitions(decoded, proxy.topic_names)
+        await proxy.emit_trace(event)
+
+    def _event(self, conn: ClientConnection | None, ex: Exchange, direction: str, size: int) -> dict[str, Any]:
+        proxy = self.proxy
+        txn = ex.txn[0] if ex.txn else None
+        decision = ex.decision
+        hazard = ex.hazard
+        return {
+            "wall_time": proxy.wall_clock(),
+            "mono_ns": proxy.mono_ns(),
+            "proxy_id": proxy.config.proxy_id,
+            "conn_id": conn.conn_id if conn is not None else -1,
+            "client_addr": conn.client_addr if conn is not None else None,
+            "broker_id": conn.node_id if conn is not None else -1,
+            "direction": direction,
+            "api": apis.api_name(ex.api_key),
+            "api_key": ex.api_key,
+            "api_version": ex.api_version,
+            "correlation_id": ex.correlation_id,
+            "client_id": ex.client_id,
+            "size": size,
+            "latency_ms": None,
+            "upstream_latency_ms": None,
+            "error_code": None,
+            "error_codes": None,
+            "transactional_id": txn.transactional_id if txn else None,
+            "producer_id": txn.producer_id if txn else None,
+            "producer_epoch": txn.producer_epoch if txn else None,
+            "txn_client": ex.txn_client,
+            "txn_broker": ex.txn_broker,
+            "hazard": hazard.kind if hazard is not None else None,
+            "end_txn_commit": txn.committed if txn is not None and txn.kind == "end_txn" else None,
+            "rule": decision.rule_id if decision is not None else None,
+            "action": decision.action if decision is not None else None,
+            "outcome": ex.outcome,
+            "copy": ex.copy,
+            "partitions": None,
+        }
+
+
+def _ghost_copy(ex: Exchange, copy: int) -> Exchange:
+    ghost = Exchange(ex.api_key, ex.api_version, ex.correlation_id, ex.client_id, ex.arrived)
+    ghost.frame = ex.frame
+    ghost.header = ex.header
+    ghost.request = ex.request
+    ghost.txn = ex.txn
+    ghost.txn_client = ex.txn_client
+    ghost.decision = ex.decision
+    ghost.copy = copy
+    ghost.expects_response = ex.expects_response
+    ghost.request_partitions = ex.request_partitions
+    return ghost
+
+
+def _topics_of(request: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
+    """(topic, partitions) named by a decoded request, for topic/partition rules."""
+    topics = getattr(request, "topics", None) or getattr(request, "topic_data", None)
+    if not topics:
+        return None
+    out = []
+    for topic in topics:
+        name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+        if name is None:
+            continue
+        parts = getattr(topic, "partitions", None) or getattr(topic, "partition_data", None) or ()
+        indexes = tuple(
+            int(getattr(p, "partition_index", getattr(p, "index", getattr(p, "partition", p)))) for p in parts
+        )
+        out.append((name, indexes))
+    return tuple(out) or None

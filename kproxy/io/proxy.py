@@ -11,28 +11,52 @@ from __future__ import annotations
 import itertools
 import logging
 import socket
+import time
 from typing import Any
 
 import trio
 
+from kio.schema.errors import ErrorCode
+
+from kproxy.faults.engine import FaultEngine
+from kproxy.faults.model import RuleFile
 from kproxy.io import net
 from kproxy.io.config import ProxyConfig
 from kproxy.io.connection import ClientConnection
+from kproxy.io.ghost import GhostLink
 from kproxy.io.inspect import Inspector
 from kproxy.obs import metrics
-from kproxy.protocol import apis
+from kproxy.protocol import apis, record_views
 from kproxy.protocol.codec import decode_response, encode_request
 from kproxy.protocol.framing import FrameBuffer
 from kproxy.protocol.rewrite import AddressMap, Endpoint
+from kproxy.txn.tracker import TxnTracker
 
 log = logging.getLogger("kproxy.proxy")
 
 BOOTSTRAP_NODE = -1
 
 
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return "unknown"
+
+
 class Proxy:
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, engine: FaultEngine | None = None, trace: Any = None) -> None:
         self.config = config
+        self.engine = engine if engine is not None else FaultEngine(RuleFile(version=1), seed=config.seed)
+        self.tracker = TxnTracker()
+        self.trace = trace  # a TraceWriter, or None when not tracing
+        self.trace_records = trace is not None and config.trace_level == "records"
+        self.record_views = record_views
+        self.topic_names: dict[Any, str] = {}
+        self.ghost_links: dict[int, GhostLink] = {}
+        self._error_counters: dict[tuple[int, int], Any] = {}
+        self._opened_seen = (0, 0)
+        self._stats_published = 0.0
         self.addresses = AddressMap(config.advertise_host, config.broker_port_base)
         self.listeners: dict[int, trio.socket.SocketType] = {}
         self.connections: set[ClientConnection] = set()
@@ -44,6 +68,9 @@ class Proxy:
         self.started = trio.Event()
         self.inspector = Inspector(self)
         metrics.pending_requests.labels("in_flight").set_function(self.in_flight_count)
+        metrics.txn_producers.set_function(lambda: self.tracker.stats().producers)
+        metrics.txn_open.labels("client").set_function(lambda: self.tracker.stats().open_client)
+        metrics.txn_open.labels("broker").set_function(lambda: self.tracker.stats().open_broker)
 
     # ------------------------------------------------------------------ helpers used per frame
 
@@ -76,6 +103,64 @@ class Proxy:
 
     def connection_closed(self, conn: ClientConnection) -> None:
         self.connections.discard(conn)
+        self.inspector.connection_closed(conn)
+
+    @staticmethod
+    def wall_clock() -> float:
+        return time.time()
+
+    @staticmethod
+    def mono_ns() -> int:
+        return time.monotonic_ns()
+
+    def count_error(self, api_key: int, code: int) -> None:
+        counter = self._error_counters.get((api_key, code))
+        if counter is None:
+            counter = metrics.response_errors.labels(apis.api_name(api_key), _error_name(code))
+            self._error_counters[(api_key, code)] = counter
+        counter.inc()
+
+    def publish_txn_stats(self) -> None:
+        """Move the transactions-opened counters (at most every 250 ms: stats walk every producer)."""
+        now = self.clock()
+        if now - self._stats_published < 0.25:
+            return
+        self._stats_published = now
+        self.flush_txn_stats()
+
+    def flush_txn_stats(self) -> None:
+        stats = self.tracker.stats()
+        client, broker = self._opened_seen
+        metrics.txn_started.labels("client").inc(stats.opened_client - client)
+        metrics.txn_started.labels("broker").inc(stats.opened_broker - broker)
+        self._opened_seen = (stats.opened_client, stats.opened_broker)
+
+    async def emit_trace(self, event: dict[str, Any]) -> None:
+        if not self.trace.offer(event):
+            await self.trace.put(event)
+
+    def nursery_for(self, conn: ClientConnection) -> trio.Nursery:
+        """Tasks that die with the client connection (a delayed request)."""
+        return conn.nursery if conn.nursery is not None else self.nursery
+
+    def ghost_link(self, node_id: int) -> GhostLink:
+        link = self.ghost_links.get(node_id)
+        if link is None:
+            link = GhostLink(self._upstream_for(node_id), self.config.connect_timeout, self.inspector.on_ghost_response)
+            self.ghost_links[node_id] = link
+        return link
+
+    def set_rules(self, rule_file: RuleFile) -> None:
+        """Install a new rule file (hot reload); counters of unchanged rules carry over."""
+        self.engine.replace(rule_file)
+        self.rules_changed()
+
+    def rules_changed(self) -> None:
+        self.inspector.refresh()
+        rules = self.engine.list_rules()
+        enabled = sum(1 for r in rules if r.get("enabled", True))
+        metrics.rules_loaded.labels("enabled").set(enabled)
+        metrics.rules_loaded.labels("disabled").set(len(rules) - enabled)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -1,29 +1,127 @@
-"""Run a proxy with its companions (admin HTTP, rule reloads, trace writer) until a signal."""
+"""Run a proxy with its companions until a signal.
+
+Companions: the trace writer, the admin HTTP server, and rule reloads (when
+the file changes, and on SIGHUP). A refused reload keeps the running rules.
+On SIGINT/SIGTERM the listeners and connections close first, then the trace
+writer writes every event it accepted.
+"""
 
 from __future__ import annotations
 
 import logging
 import signal
+from pathlib import Path
 
 import trio
 
+from kproxy.faults.engine import FaultEngine
+from kproxy.faults.errors import RuleFileError
+from kproxy.faults.loader import load_rule_file
+from kproxy.faults.model import RuleFile
 from kproxy.io.config import ProxyConfig
 from kproxy.io.proxy import Proxy
+from kproxy.obs import metrics
 
 log = logging.getLogger("kproxy.serve")
 
-SHUTDOWN_GRACE = 5.0
+RULE_POLL_SECONDS = 1.0
+
+
+def _make_trace_writer(config: ProxyConfig):  # noqa: ANN202
+    if config.traces_dir is None:
+        return None
+    from kproxy.obs.trace import TraceWriter
+
+    config.traces_dir.mkdir(parents=True, exist_ok=True)
+    return TraceWriter(
+        config.traces_dir,
+        level=config.trace_level,  # type: ignore[arg-type]
+        fmt=config.trace_format,  # type: ignore[arg-type]
+        rotate_bytes=config.trace_rotate_bytes,
+        rotate_seconds=config.trace_rotate_seconds,
+        on_full=config.trace_on_full,  # type: ignore[arg-type]
+        proxy_id=config.proxy_id,
+    )
+
+
+class RuleReloader:
+    """Reloads the rule file; a bad file is refused and the running rules stay."""
+
+    def __init__(self, proxy: Proxy, path: Path | None) -> None:
+        self.proxy = proxy
+        self.path = path
+        self.mtime = self._mtime()
+
+    def _mtime(self) -> float | None:
+        try:
+            return self.path.stat().st_mtime if self.path else None
+        except OSError:
+            return None
+
+    def reload(self) -> None:
+        """Re-read the file (admin API and SIGHUP); raises RuleFileError when refused."""
+        if self.path is None:
+            raise RuleFileError("the proxy was started without --rules: there is no file to reload")
+        self.mtime = self._mtime()
+        try:
+            rule_file = load_rule_file(self.path)
+        except RuleFileError as exc:
+            metrics.rule_reloads.labels("refused").inc()
+            log.error("refused to reload %s; the running rules stay:\n%s", self.path, exc)
+            raise
+        self.proxy.set_rules(rule_file)
+        metrics.rule_reloads.labels("accepted").inc()
+        log.info("reloaded %s: %d rules", self.path, len(rule_file.rules))
+
+    def reload_quietly(self) -> None:
+        try:
+            self.reload()
+        except RuleFileError:
+            pass
+
+    async def watch(self) -> None:
+        while True:
+            await trio.sleep(RULE_POLL_SECONDS)
+            mtime = self._mtime()
+            if mtime is not None and mtime != self.mtime:
+                self.reload_quietly()
+
+
+def load_initial_rules(config: ProxyConfig) -> FaultEngine:
+    rule_file = load_rule_file(config.rules_path) if config.rules_path else RuleFile(version=1)
+    return FaultEngine(rule_file, seed=config.seed)
 
 
 async def serve(config: ProxyConfig, *, task_status: trio.TaskStatus[Proxy] = trio.TASK_STATUS_IGNORED) -> None:
-    proxy = Proxy(config)
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(proxy.run)
-            task_status.started(proxy)
-            async for signum in signals:
-                log.info("received %s: shutting down", signal.Signals(signum).name)
-                break
-            proxy.shutdown()
-            nursery.cancel_scope.cancel()
+    engine = load_initial_rules(config)
+    trace = _make_trace_writer(config)
+    proxy = Proxy(config, engine=engine, trace=trace)
+    proxy.rules_changed()
+    reloader = RuleReloader(proxy, config.rules_path)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+        async with trio.open_nursery() as outer:
+            if trace is not None:
+                await outer.start(trace.run)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(proxy.run)
+                if config.admin is not None:
+                    from kproxy.io.admin import serve_admin
+
+                    await nursery.start(serve_admin, proxy, reloader.reload)
+                if config.rules_path is not None:
+                    nursery.start_soon(reloader.watch)
+                task_status.started(proxy)
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        log.info("SIGHUP: reloading %s", config.rules_path)
+                        reloader.reload_quietly()
+                        continue
+                    log.info("received %s: shutting down", signal.Signals(signum).name)
+                    break
+                proxy.shutdown()
+                nursery.cancel_scope.cancel()
+            if trace is not None:
+                await trace.aclose()
+                log.info("trace: %d events written to %s", trace.written, config.traces_dir)
+            outer.cancel_scope.cancel()
     log.info("proxy stopped")

@@ -130,13 +130,13 @@ def _writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
-def decode_request(header: RequestHeader, payload: bytes) -> Any:
-    """Decode a request body (payload = frame without length prefix)."""
+def decode_request(header: RequestHeader, payload: bytes, start: int = 0) -> Any:
+    """Decode a request body; the frame payload (no length prefix) begins at `start`."""
     cls = request_type(header.api_key, header.api_version)
     if cls is None or header.body_offset < 0:
         raise DecodeError(f"no decoder for api {header.api_key} v{header.api_version}")
     try:
-        value, _ = _reader(cls)(payload, header.body_offset)
+        value, _ = _reader(cls)(payload, start + header.body_offset)
     except Exception as exc:  # kio raises a variety of errors on bad input
         raise DecodeError(f"undecodable {cls.__name__}: {exc}") from exc
     return value

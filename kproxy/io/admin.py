@@ -1,0 +1,88 @@
+"""Admin HTTP: /metrics, /healthz, /txns and the rules API, served on trio."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from kproxy.faults.admin_routes import rules_routes
+from kproxy.obs import metrics
+
+if TYPE_CHECKING:
+    from kproxy.io.proxy import Proxy
+
+log = logging.getLogger("kproxy.admin")
+
+
+def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) -> Starlette:
+    async def metrics_endpoint(request: Request) -> Response:
+        proxy.flush_txn_stats()
+        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> JSONResponse:
+        ok = proxy.started.is_set()
+        return JSONResponse(
+            {
+                "status": "ok" if ok else "starting",
+                "proxy_id": proxy.config.proxy_id,
+                "connections": len(proxy.connections),
+                "brokers": {str(n): str(e) for n, e in sorted(proxy.addresses.upstream.items())},
+                "listeners": sorted(proxy.listeners),
+                "guard": proxy.config.guard,
+                "tracing": proxy.trace is not None,
+            },
+            status_code=200 if ok else 503,
+        )
+
+    async def txns(request: Request) -> JSONResponse:
+        stats = proxy.tracker.stats()
+        return JSONResponse(
+            {
+                "producers": proxy.tracker.snapshot(),
+                "stats": {
+                    "producers": stats.producers,
+                    "open_client": stats.open_client,
+                    "open_broker": stats.open_broker,
+                    "hazards_by_kind": stats.hazards_by_kind,
+                    "opened_client": stats.opened_client,
+                    "opened_broker": stats.opened_broker,
+                },
+                "guard": proxy.config.guard,
+            }
+        )
+
+    routes = [
+        Route("/metrics", metrics_endpoint),
+        Route("/healthz", healthz),
+        Route("/txns", txns),
+        *rules_routes(lambda: proxy.engine, reload_rules, clock=proxy.clock, on_change=proxy.rules_changed),
+    ]
+    return Starlette(routes=routes)
+
+
+async def serve_admin(
+    proxy: Proxy,
+    reload_rules: Callable[[], Awaitable[None] | None],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    endpoint = proxy.config.admin
+    assert endpoint is not None
+    config = HypercornConfig()
+    host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+    config.bind = [f"{host}:{endpoint.port}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("kproxy.admin.http")
+    config.graceful_timeout = 1.0
+    log.info("admin HTTP on http://%s:%d (/metrics, /healthz, /txns, /rules)", endpoint.host, endpoint.port)
+    await hypercorn_serve(admin_app(proxy, reload_rules), config, task_status=task_status)

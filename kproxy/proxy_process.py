@@ -1,0 +1,85 @@
+"""Start `kproxy run` as a child process (bench, demo and tests use it)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kproxy.broker import BrokerError, free_port, wait_for_port
+
+
+@dataclass
+class ProxyProcess:
+    listen_port: int
+    admin_port: int | None
+    process: subprocess.Popen[bytes]
+    log_path: Path | None
+    host: str = "127.0.0.1"
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.listen_port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+        return self.process.returncode
+
+
+def start_proxy(
+    upstream: str,
+    *extra_args: str,
+    log_path: Path | None = None,
+    admin: bool = True,
+    host: str = "127.0.0.1",
+    startup_timeout: float = 20.0,
+) -> ProxyProcess:
+    """Run `kproxy run --upstream UPSTREAM` on free ports; returns once it listens."""
+    listen_port = free_port(host)
+    admin_port = free_port(host) if admin else None
+    cmd = [sys.executable, "-m", "kproxy", "run", "--upstream", upstream, "--listen", f"{host}:{listen_port}"]
+    cmd += ["--admin", f"{host}:{admin_port}"] if admin else ["--no-admin"]
+    cmd += list(extra_args)
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
+    if log_path:
+        out.close()
+    handle = ProxyProcess(listen_port, admin_port, proc, log_path, host)
+    try:
+        wait_for_port(host, listen_port, startup_timeout)
+        if admin_port:
+            wait_for_port(host, admin_port, startup_timeout)
+    except BrokerError as exc:
+        handle.stop(signal.SIGKILL)
+        raise RuntimeError(f"kproxy did not start: {exc}\n{handle.log_text()[-3000:]}") from None
+    return handle
+
+
+@contextlib.contextmanager
+def running_proxy(upstream: str, *extra_args: str, **kwargs: object) -> Iterator[ProxyProcess]:
+    proxy = start_proxy(upstream, *extra_args, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
