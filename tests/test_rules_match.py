@@ -322,3 +322,13 @@ rules:
     counters = {r["id"]: r["counters"]["applied"] for r in engine.list_rules()}
     assert counters == {"same": 1, "edited": 0, "fresh": 0}
     assert applied(engine, [produce(), produce()]) == [True, False]  # count 2 spans the reload
+
+
+def test_reload_after_disabling_keeps_the_rules_counters() -> None:
+    text = "version: 1\nrules:\n  - {id: a, action: {type: drop}, limits: {once: true}}\n"
+    engine = FaultEngine(load_rule_text(text, "a.yaml"))
+    assert engine.decide(produce(), 0) is not FORWARD
+    engine.set_enabled("a", False)
+    engine.replace(load_rule_text(text, "a.yaml"))  # the file says enabled: the rule is on again...
+    assert engine.list_rules()[0]["enabled"] is True
+    assert engine.decide(produce(), 0) is FORWARD  # ...but `once` is not re-armed

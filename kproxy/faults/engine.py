@@ -146,7 +146,7 @@ class FaultEngine:
         compiled = CompiledRule.compile(rule)
         for i, existing in enumerate(self._rules):
             if existing.id == rule.id:
-                if existing.rule != rule:
+                if not _same_definition(existing.rule, rule):
                     self._states[rule.id] = self._fresh_state(rule.id)
                 self._rules[i] = compiled
                 break
@@ -175,7 +175,8 @@ class FaultEngine:
 
     def replace(self, rule_file: RuleFile) -> None:
         """Hot reload. A rule whose definition is unchanged (same id, same content)
-        keeps its counters, random stream and duration window; a new or changed
+        keeps its counters, random stream and duration window (its `enabled` flag
+        does not count as content); a new or changed
         rule starts fresh. An unchanged schedule keeps running; a changed one
         starts over at the next decision. A changed seed restarts every stream."""
         new_seed = self._effective_seed(rule_file)
@@ -183,7 +184,7 @@ class FaultEngine:
         states: dict[str, _RuleState] = {}
         for rule in rule_file.rules:
             state = self._fresh_state(rule.id, new_seed)
-            kept = self._states.get(rule.id) if old_rules.get(rule.id) == rule else None
+            kept = self._states.get(rule.id) if _same_definition(old_rules.get(rule.id), rule) else None
             if kept is not None and new_seed == self._seed:
                 state = kept
             elif kept is not None:
@@ -292,6 +293,11 @@ class FaultEngine:
         described = compiled.rule.model_dump(mode="json", exclude_none=True)
         described["counters"] = {"matched": state.matched, "applied": state.applied}
         return described
+
+
+def _same_definition(old: Rule | None, new: Rule) -> bool:
+    # Enabling or disabling a rule is not a new definition: it keeps its counters.
+    return old is not None and old.model_copy(update={"enabled": True}) == new.model_copy(update={"enabled": True})
 
 
 def engine_from_rules(rules: Iterable[dict[str, Any]], seed: int | None = None, **file_keys: Any) -> FaultEngine:
