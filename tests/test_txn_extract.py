@@ -8,10 +8,14 @@ builder, as a real transactional producer writes them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import importlib
 import io
+import socket
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -22,7 +26,14 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from kproxy.txn import ResponseUpdate, TxnRequest, peek_produce_transactional_id, response_update, txn_requests
+from kproxy.txn import (
+    ResponseUpdate,
+    TxnRequest,
+    TxnTracker,
+    peek_produce_transactional_id,
+    response_update,
+    txn_requests,
+)
 from kproxy.txn.extract import batch_producer
 
 TIMEOUT = datetime.timedelta(seconds=30)
@@ -305,3 +316,178 @@ def test_peek_before_v3_has_no_transactional_id() -> None:
 def test_peek_rejects_truncated_fields(body: bytes, version: int) -> None:
     with pytest.raises(ValueError):
         peek_produce_transactional_id(body, version)
+
+
+# --- real client bytes ----------------------------------------------------------------
+
+
+class RecordingRelay:
+    """A byte-for-byte TCP relay that keeps a copy of every frame in each direction.
+
+    The broker advertises the relay's address (same port, another loopback
+    address), so a real client talks to the broker only through it.
+    """
+
+    def __init__(self, listen: tuple[str, int], upstream: tuple[str, int]) -> None:
+        self.upstream = upstream
+        # Correlation ids are per connection, so both are keyed by connection number.
+        self.requests: list[tuple[int, bytes]] = []
+        self.responses: dict[tuple[int, int], bytes] = {}
+        self._lock = threading.Lock()
+        self._server = socket.create_server(listen)
+        self._server.settimeout(0.2)
+        self._closing = threading.Event()
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        connection = 0
+        while not self._closing.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            connection += 1
+            upstream = socket.create_connection(self.upstream)
+            for src, dst, keep in ((client, upstream, self._keep_request), (upstream, client, self._keep_response)):
+                thread = threading.Thread(target=self._pump, args=(src, dst, keep, connection), daemon=True)
+                thread.start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, keep: Any, connection: int) -> None:
+        pending = b""
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+                pending += chunk
+                while len(pending) >= 4 and len(pending) >= 4 + int.from_bytes(pending[:4], "big"):
+                    size = int.from_bytes(pending[:4], "big")
+                    keep(connection, pending[4 : 4 + size])
+                    pending = pending[4 + size :]
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def _keep_request(self, connection: int, payload: bytes) -> None:
+        with self._lock:
+            self.requests.append((connection, payload))
+
+    def _keep_response(self, connection: int, payload: bytes) -> None:
+        with self._lock:
+            self.responses[(connection, int.from_bytes(payload[:4], "big", signed=True))] = payload
+
+    def close(self) -> None:
+        self._closing.set()
+        self._server.close()
+
+
+@pytest.fixture(scope="module")
+def librdkafka_session(tmp_path_factory: pytest.TempPathFactory) -> RecordingRelay:
+    """A confluent-kafka producer that commits one transaction and aborts the next."""
+    from confluent_kafka import Producer
+
+    from kproxy.broker import running_broker
+    from tests.fixtures.broker import create_topic
+
+    log_path = tmp_path_factory.mktemp("txn-broker") / "tansu.log"
+    with running_broker(host="127.0.0.1", advertise="127.0.0.2", log_path=log_path) as broker:
+        relay = RecordingRelay(("127.0.0.2", broker.port), ("127.0.0.1", broker.port))
+        try:
+            bootstrap = f"127.0.0.2:{broker.port}"
+            create_topic(bootstrap, "txn-orders", partitions=2)
+            producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "real-tx", "linger.ms": 0})
+            producer.init_transactions(15)
+            producer.begin_transaction()
+            producer.produce("txn-orders", key=b"a", value=b"1", partition=0)
+            producer.produce("txn-orders", key=b"b", value=b"2", partition=1)
+            producer.commit_transaction(15)
+            producer.begin_transaction()
+            producer.produce("txn-orders", key=b"c", value=b"3", partition=0)
+            producer.flush(15)
+            producer.abort_transaction(15)
+            deadline = time.monotonic() + 5
+            while len(relay.responses) < len(relay.requests) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            relay.close()
+    return relay
+
+
+def decoded_txn_traffic(relay: RecordingRelay) -> list[tuple[int, Any, TxnRequest, Any]]:
+    """(api_key, header, TxnRequest, decoded response) for every transactional request, in order."""
+    from kproxy.protocol.codec import decode_request, decode_response, parse_request_header
+
+    traffic = []
+    for connection, payload in relay.requests:
+        header = parse_request_header(payload)
+        if header.api_key == 0:
+            body = payload[header.body_offset :]
+            assert peek_produce_transactional_id(body, header.api_version) == "real-tx"
+        for req in txn_requests(header.api_key, decode_request(header, payload)):
+            response = decode_response(header.api_key, header.api_version, relay.responses[(connection, header.correlation_id)])
+            traffic.append((header.api_key, header, req, response))
+    return traffic
+
+
+def test_real_librdkafka_transactions_are_numbered_without_hazards(
+    librdkafka_session: RecordingRelay,
+) -> None:
+    traffic = decoded_txn_traffic(librdkafka_session)
+    kinds = [req.kind for _, _, req, _ in traffic]
+    assert kinds[0] == "init_producer_id" and kinds.count("end_txn") == 2
+    assert {"add_partitions", "produce"} <= set(kinds)
+
+    tracker = TxnTracker()
+    numbered = []
+    for api_key, _, req, response in traffic:
+        number = tracker.on_request(req)
+        delivery = tracker.on_delivery(req, number)
+        assert delivery.hazard is None and delivery.broker_number == number
+        tracker.on_response(req, response_update(api_key, req, response))
+        numbered.append((req.kind, req.committed, number))
+
+    ends = [(committed, number) for kind, committed, number in numbered if kind == "end_txn"]
+    assert ends == [(True, 1), (False, 2)]
+    produce_numbers = [number for kind, _, number in numbered if kind == "produce"]
+    assert produce_numbers[0] == 1 and produce_numbers[-1] == 2
+    init_response = traffic[0][3]
+    produce_req = next(req for _, _, req, _ in traffic if req.kind == "produce")
+    # The identity in the batch header is the one InitProducerId handed out.
+    assert (produce_req.producer_id, produce_req.producer_epoch) == (
+        init_response.producer_id,
+        init_response.producer_epoch,
+    )
+    (row,) = tracker.snapshot()
+    assert (row["client_number"], row["broker_number"], row["hazards"]) == (2, 2, 0)
+
+
+def test_real_commit_replayed_late_is_a_stale_end_txn(librdkafka_session: RecordingRelay) -> None:
+    traffic = decoded_txn_traffic(librdkafka_session)
+    tracker = TxnTracker()
+    commit = None
+    landing = None
+    for api_key, header, req, response in traffic:
+        number = tracker.on_request(req)
+        tracker.on_delivery(req, number)
+        tracker.on_response(req, response_update(api_key, req, response))
+        if req.kind == "end_txn" and req.committed:
+            commit = (header, req, number)
+        elif commit is not None and number == 2 and landing is None:
+            # Transaction 2's first request reached the broker: now the duplicate commit lands.
+            landing = tracker.on_delivery(commit[1], commit[2])
+    assert commit is not None and landing is not None
+    hazard = landing.hazard
+    assert hazard is not None
+    if commit[0].api_version >= 5:
+        assert hazard.kind == "fenced"  # KIP-890 client: the epoch bump protects it
+    else:
+        assert (hazard.kind, hazard.client_number, hazard.broker_number, hazard.committed) == (
+            "stale_end_txn",
+            1,
+            2,
+            True,
+        )
