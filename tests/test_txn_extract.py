@@ -428,7 +428,8 @@ def decoded_txn_traffic(relay: RecordingRelay) -> list[tuple[int, Any, TxnReques
             body = payload[header.body_offset :]
             assert peek_produce_transactional_id(body, header.api_version) == "real-tx"
         for req in txn_requests(header.api_key, decode_request(header, payload)):
-            response = decode_response(header.api_key, header.api_version, relay.responses[(connection, header.correlation_id)])
+            raw = relay.responses[(connection, header.correlation_id)]
+            response = decode_response(header.api_key, header.api_version, raw)
             traffic.append((header.api_key, header, req, response))
     return traffic
 
