@@ -24,6 +24,7 @@ class Exchange:
         "request",
         "txn",
         "txn_client",
+        "txn_numbers",
         "txn_broker",
         "hazard",
         "decision",
@@ -46,7 +47,8 @@ class Exchange:
         self.header: Any = None
         self.request: Any = None  # decoded kio payload, when something needed it
         self.txn: tuple[Any, ...] = ()  # TxnRequest events for the tracker
-        self.txn_client: int | None = None
+        self.txn_client: int | None = None  # client-side number of the first TxnRequest (for traces)
+        self.txn_numbers: tuple[int, ...] = ()  # client-side number of each TxnRequest
         self.txn_broker: int | None = None
         self.hazard: Any = None
         self.decision: Any = None  # fault decision applied to the request, if any

@@ -152,10 +152,10 @@ class Inspector:
             request = self._decode(ex)
             if request is not None:
                 ex.txn = txn_requests(api_key, request)
-                for txn in ex.txn:
-                    number = proxy.tracker.on_request(txn)
-                    if ex.txn_client is None:
-                        ex.txn_client = number
+                # A batched AddPartitionsToTxn carries several producers, each with its own number.
+                ex.txn_numbers = tuple(proxy.tracker.on_request(txn) for txn in ex.txn)
+                if ex.txn_numbers:
+                    ex.txn_client = ex.txn_numbers[0]
                 if proxy.trace_records and api_key == apis.PRODUCE:
                     ex.request_partitions = proxy.record_views.produce_request_partitions(request)
         decision = d.FORWARD
@@ -247,16 +247,16 @@ class Inspector:
     def _guard_refuses(self, ex: Exchange) -> Any:
         """The hazard guard mode refuses this delivery for, if any."""
         tracker = self.proxy.tracker
-        for txn in ex.txn:
-            hazard = tracker.check_delivery(txn, ex.txn_client)
+        for txn, number in zip(ex.txn, ex.txn_numbers):
+            hazard = tracker.check_delivery(txn, number)
             if hazard is not None and hazard.kind in ("stale_end_txn", "late_produce"):
                 return hazard
         return None
 
     def _number_delivery(self, ex: Exchange) -> None:
         tracker = self.proxy.tracker
-        for txn in ex.txn:
-            delivery = tracker.on_delivery(txn, ex.txn_client)
+        for txn, number in zip(ex.txn, ex.txn_numbers):
+            delivery = tracker.on_delivery(txn, number)
             if ex.txn_broker is None:
                 ex.txn_broker = delivery.broker_number
             if delivery.hazard is not None and ex.hazard is None:
@@ -617,6 +617,7 @@ def _ghost_copy(ex: Exchange, copy: int) -> Exchange:
     ghost.request = ex.request
     ghost.txn = ex.txn
     ghost.txn_client = ex.txn_client
+    ghost.txn_numbers = ex.txn_numbers
     ghost.decision = ex.decision
     ghost.copy = copy
     ghost.expects_response = ex.expects_response

@@ -1,0 +1,1 @@
+"""`kproxy bench`: the proxy measured against a direct connection, side by side in one run."""

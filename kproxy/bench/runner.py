@@ -1,0 +1,194 @@
+"""Run the workloads directly and through the proxy, alternating, and compare.
+
+Every round runs each path (direct, proxy, and proxy with tracing when asked)
+in an order that alternates between rounds, so warm-up and drift hit both
+sides alike. Figures are the median over rounds; ratios are proxy / direct.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kproxy.bench import workloads
+from kproxy.broker import start_broker
+from kproxy.proxy_process import start_proxy
+
+# Targets from the proxy's performance contract (docs/performance.md).
+THROUGHPUT_TARGETS = {"batched_produce": 0.90, "consume": 0.90, "unbatched_produce": 0.85}
+ADDED_P99_TARGET_MS = 1.0
+TRACING_COST_TARGET = 0.05  # headers-level tracing: at most 5% of proxy throughput
+
+
+@dataclass
+class BenchConfig:
+    bootstrap: str | None = None  # None: start the embedded broker
+    rounds: int = 3
+    batched_records: int = 40_000  # 1 KiB each
+    small_records: int = 40_000  # 100 B each, linger.ms=0
+    rate: int = 500  # records/s for the latency run
+    latency_seconds: float = 4.0
+    trace_levels: tuple[str, ...] = ()  # extra proxies with --traces at these levels
+    memory_check: bool = True
+    work_dir: Path | None = None
+
+
+@dataclass
+class PathResult:
+    samples: dict[str, list[workloads.Sample]] = field(default_factory=dict)
+
+    def add(self, workload: str, sample: workloads.Sample) -> None:
+        self.samples.setdefault(workload, []).append(sample)
+
+    def median_rate(self, workload: str) -> float:
+        return statistics.median(s.records_per_s for s in self.samples[workload])
+
+    def median_mib(self, workload: str) -> float:
+        return statistics.median(s.mib_per_s for s in self.samples[workload])
+
+    def latency_percentiles(self) -> dict[str, float]:
+        lat = sorted(x for s in self.samples.get("latency", []) for x in s.latencies_ms)
+        if not lat:
+            return {}
+        pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
+        return {"p50": pick(0.50), "p90": pick(0.90), "p99": pick(0.99), "max": lat[-1]}
+
+
+def _rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def memory_check(proxy_bootstrap: str, pid: int, seconds: float = 6.0) -> dict[str, Any]:
+    """Proxy RSS with 100 idle and 10 busy connections: it must level off, not grow."""
+    host, port = proxy_bootstrap.rsplit(":", 1)
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(100)]
+    topic = workloads.create_topic(proxy_bootstrap)
+    before = _rss_bytes(pid)
+    samples: list[int] = []
+    stop = time.monotonic() + seconds
+
+    def busy() -> None:
+        while time.monotonic() < stop:
+            workloads.produce(proxy_bootstrap, topic, 2000, 1024, linger_ms=5, batch_bytes=262144)
+
+    threads = [threading.Thread(target=busy, daemon=True) for _ in range(10)]
+    for t in threads:
+        t.start()
+    half = None
+    while any(t.is_alive() for t in threads):
+        samples.append(_rss_bytes(pid))
+        if half is None and time.monotonic() > stop - seconds / 2:
+            half = samples[-1]
+        time.sleep(0.2)
+    for s in idle:
+        s.close()
+    peak = max(samples) if samples else before
+    return {
+        "idle_connections": 100,
+        "busy_connections": 10,
+        "rss_before_mib": before / 1048576,
+        "rss_half_mib": (half or peak) / 1048576,
+        "rss_peak_mib": peak / 1048576,
+        "rss_after_mib": _rss_bytes(pid) / 1048576,
+    }
+
+
+@contextlib.contextmanager
+def _environment(config: BenchConfig) -> Iterator[tuple[str, dict[str, Any]]]:
+    work = Path(config.work_dir or tempfile.mkdtemp(prefix="kproxy-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        if config.bootstrap is None:
+            broker = start_broker(log_path=work / "broker.log")
+            stack.callback(broker.stop)
+            bootstrap = broker.bootstrap
+        else:
+            bootstrap = config.bootstrap
+        proxies: dict[str, Any] = {}
+        plain = start_proxy(bootstrap, "--log-level", "warning", log_path=work / "proxy.log", admin=False)
+        stack.callback(plain.stop)
+        proxies["proxy"] = plain
+        for level in config.trace_levels:
+            traced = start_proxy(
+                bootstrap, "--log-level", "warning", "--traces", str(work / f"traces-{level}"),
+                "--trace-level", level, log_path=work / f"proxy-{level}.log", admin=False,
+            )
+            stack.callback(traced.stop)
+            proxies[f"proxy+trace:{level}"] = traced
+        yield bootstrap, proxies
+
+
+def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    with _environment(config) as (bootstrap, proxies):
+        paths = {"direct": bootstrap, **{name: p.bootstrap for name, p in proxies.items()}}
+        results = {name: PathResult() for name in paths}
+        names = list(paths)
+        for rnd in range(config.rounds):
+            order = names if rnd % 2 == 0 else list(reversed(names))
+            for name in order:
+                target = paths[name]
+                progress(f"round {rnd + 1}/{config.rounds}: {name}")
+                topic = workloads.create_topic(target)
+                results[name].add(
+                    "batched_produce", workloads.produce(target, topic, config.batched_records, 1024, 5, 1048576)
+                )
+                results[name].add("consume", workloads.consume(target, topic, config.batched_records))
+                small = workloads.create_topic(target)
+                results[name].add(
+                    "unbatched_produce", workloads.produce(target, small, config.small_records, 100, 0, 16384)
+                )
+                results[name].add(
+                    "latency", workloads.fixed_rate_latency(target, small, config.rate, config.latency_seconds)
+                )
+        memory = None
+        if config.memory_check:
+            progress("memory: 100 idle + 10 busy connections")
+            memory = memory_check(proxies["proxy"].bootstrap, proxies["proxy"].process.pid)
+    return summarise(results, config, memory)
+
+
+def summarise(results: dict[str, PathResult], config: BenchConfig, memory: dict[str, Any] | None) -> dict[str, Any]:
+    direct = results["direct"]
+    out: dict[str, Any] = {"config": {k: v for k, v in vars(config).items() if k != "work_dir"}, "paths": {}}
+    for name, res in results.items():
+        entry: dict[str, Any] = {}
+        for workload in THROUGHPUT_TARGETS:
+            entry[workload] = {
+                "records_per_s": res.median_rate(workload),
+                "mib_per_s": res.median_mib(workload),
+                "ratio": res.median_rate(workload) / direct.median_rate(workload),
+            }
+        entry["latency_ms"] = res.latency_percentiles()
+        out["paths"][name] = entry
+    direct_p99 = out["paths"]["direct"]["latency_ms"].get("p99", 0.0)
+    proxy = out["paths"]["proxy"]
+    checks = {w: proxy[w]["ratio"] >= t for w, t in THROUGHPUT_TARGETS.items()}
+    added = proxy["latency_ms"].get("p99", 0.0) - direct_p99
+    out["added_p99_ms"] = added
+    checks["added_p99"] = added <= ADDED_P99_TARGET_MS
+    for name in out["paths"]:
+        if name.startswith("proxy+trace:"):
+            cost = {
+                w: 1.0 - out["paths"][name][w]["records_per_s"] / proxy[w]["records_per_s"] for w in THROUGHPUT_TARGETS
+            }
+            out["paths"][name]["cost_vs_proxy"] = cost
+            if name.endswith(":headers"):
+                checks["tracing_headers_cost"] = max(cost.values()) <= TRACING_COST_TARGET
+    if memory is not None:
+        out["memory"] = memory
+        # Bounded: the second half of the busy period adds little to the first.
+        checks["memory_bounded"] = memory["rss_peak_mib"] <= memory["rss_half_mib"] * 1.25 + 16
+    out["checks"] = checks
+    return out
