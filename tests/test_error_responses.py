@@ -60,11 +60,13 @@ def _scalar(kafka_type: str, tp, name: str, seed: int):
         return Records(b"")
     if kafka_type == "float64":
         return tp(1.0)
+    if kafka_type == "error_code":
+        return ErrorCode.none
     raise TypeError(f"no sample for {name} ({kafka_type})")
 
 
 def sample_request(cls, seed: int = 0):
-    """A request of `cls` with FANOUT entries in every (even optional) collection."""
+    """An entity of `cls` (a request, or any kio class) with FANOUT entries in every collection."""
     kwargs = {}
     for f in dataclasses.fields(cls):
         if "tag" in f.metadata:
