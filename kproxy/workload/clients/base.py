@@ -105,7 +105,3 @@ def parse_setting(text: str) -> tuple[str, str]:
     if not sep or not key.strip():
         raise ValueError(f"expected KEY=VALUE, got {text!r}")
     return key.strip(), value.strip()
-
-
-def failure_name_from_exception(exc: BaseException) -> str:
-    return type(exc).__name__
