@@ -31,7 +31,7 @@ from kio.static.primitive import Records
 from kproxy.protocol import apis
 from kproxy.protocol.codec import response_type
 
-__all__ = ["UnsupportedErrorResponse", "error_response", "replace_error_codes"]
+__all__ = ["MIRRORED_APIS", "UnsupportedErrorResponse", "error_response", "replace_error_codes"]
 
 
 class UnsupportedErrorResponse(ValueError):
