@@ -60,8 +60,9 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
               help="Seconds to wait for a broker connection before disconnecting the client.")
 @click.option("--proxy-id", default=None, help="Name of this proxy instance in traces (default: random).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
-              show_default=True)
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+              show_default=True, help="Log verbosity (logs go to stderr).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text for people, json (one object per line) for log pipelines.")
 def run(upstreams, listen, advertise, broker_port_base, admin, no_admin, rules_path, seed, guard, traces_dir,  # noqa: ANN001
         trace_level, trace_format, trace_on_full, trace_rotate_mb, trace_rotate_s, max_frame_bytes,
         connect_timeout, proxy_id, log_level, log_format) -> None:

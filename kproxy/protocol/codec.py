@@ -209,7 +209,7 @@ def error_codes(value: Any, limit: int = 64) -> list[int]:
             continue
         for name in fields:
             v = getattr(item, name)
-            if name == "error_code":
+            if name == "error_code" or name.endswith("_error_code"):
                 code = int(v)
                 if code and code not in found:
                     found.append(code)

@@ -74,8 +74,9 @@ def _rewrite_endpoints(value: Any, amap: AddressMap, learnt: list[int]) -> Any:
     if not fields:
         return value
     changes: dict[str, Any] = {}
-    if "host" in fields and "port" in fields and "node_id" in fields:
-        node_id = int(value.node_id)
+    id_field = "node_id" if "node_id" in fields else "broker_id"  # DescribeCluster says broker_id
+    if "host" in fields and "port" in fields and id_field in fields:
+        node_id = int(getattr(value, id_field))
         if node_id >= 0 and value.host:
             if amap.learn(node_id, value.host, int(value.port)):
                 learnt.append(node_id)
