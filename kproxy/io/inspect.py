@@ -231,6 +231,9 @@ class Inspector:
             raise AssertionError(f"unknown decision {decision!r}")
 
     async def _answer_with_error(self, conn: ClientConnection, ex: Exchange, error_code: int) -> None:
+        if not ex.expects_response:  # acks=0: a broker would not answer either
+            await self._trace_request(conn, ex)
+            return
         request = self._decode(ex)
         if request is None:
             log.warning("cannot answer %s v%d with an error: no decoder; forwarding", apis.api_name(ex.api_key), ex.api_version)
