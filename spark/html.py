@@ -1,0 +1,219 @@
+"""report.html: one self-contained page (plots embedded as base64 PNG).
+
+Everything is drawn from the report dict, so the page can be re-rendered
+from a saved report.json without Spark. Times on the x axis are seconds
+since the history's start; wire times are moved onto that clock with
+stats["trace_clock_offset_ns"] (spark.wire.clock_offset_ns).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+from spark.report import explain  # noqa: E402
+
+NS = 1e9
+TIME_FIELDS = ("time", "send_time", "seen_time")  # history clock, ns
+WIRE_TIME_FIELDS = ("mono_ns",)  # trace clock, ns
+PHASE_COLOURS = ("#f4a261", "#2a9d8f", "#e76f51", "#8ab17d", "#b5838d", "#6d597a")
+OUTCOME_COLOURS = {"ok": "#2a9d8f", "fail": "#e76f51", "info": "#e9c46a"}
+
+
+def _png(fig) -> str:  # noqa: ANN001
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _case_time_ns(case: Mapping[str, Any], offset_ns: int | None) -> int | None:
+    for name in TIME_FIELDS:
+        if isinstance(case.get(name), (int, float)):
+            return int(case[name])
+    if offset_ns is not None:
+        for name in WIRE_TIME_FIELDS:
+            if isinstance(case.get(name), (int, float)):
+                return int(case[name]) + offset_ns
+    return None
+
+
+def _shade_phases(ax, phases: list[dict], t0: int) -> None:  # noqa: ANN001
+    for i, phase in enumerate(phases):
+        start, end = phase.get("start_ns"), phase.get("end_ns")
+        if start is None or end is None:
+            continue
+        label = f"rule {phase.get('rule')} ({', '.join(phase.get('actions') or [])})"
+        ax.axvspan((start - t0) / NS, max(end - t0, start - t0 + NS / 100) / NS,
+                   color=PHASE_COLOURS[i % len(PHASE_COLOURS)], alpha=0.25, label=label)
+
+
+def timeline_plot(report: Mapping[str, Any]) -> str | None:
+    """Anomaly cases and unseen writes over time, fault phases shaded."""
+    stats = report.get("stats", {})
+    offset = stats.get("trace_clock_offset_ns")
+    t0 = stats.get("history_start_ns") or 0
+    points: dict[str, list[float]] = {}
+    for name, cases in report.get("anomalies", {}).items():
+        times = [t for t in (_case_time_ns(c, offset) for c in cases) if t is not None]
+        if times:
+            points[name] = [(t - t0) / NS for t in times]
+    unseen = stats.get("unseen_over_time") or []
+    phases = stats.get("phases") or []
+    if not points and not unseen and not phases:
+        return None
+    fig, (ax_cases, ax_unseen) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True,
+                                              gridspec_kw={"height_ratios": [3, 2]})
+    names = sorted(points)
+    for row, name in enumerate(names):
+        ax_cases.scatter(points[name], [row] * len(points[name]), marker="x", s=40,
+                         color="#c1121f" if name in report.get("errors", ()) else "#577590")
+    ax_cases.set_yticks(range(len(names)), names)
+    ax_cases.set_ylim(-0.8, max(len(names), 1) - 0.2)
+    ax_cases.set_title("Anomaly cases over time (first cases of each kind; red: errors)")
+    _shade_phases(ax_cases, phases, t0)
+    if phases:
+        ax_cases.legend(loc="upper right", fontsize=8)
+    if unseen:
+        ax_unseen.step([(u["time"] - t0) / NS for u in unseen], [u["unseen"] for u in unseen],
+                       where="post", color="#264653")
+    ax_unseen.set_ylabel("unseen writes")
+    ax_unseen.set_xlabel("seconds since the history started")
+    _shade_phases(ax_unseen, phases, t0)
+    return _png(fig)
+
+
+def latency_plot(report: Mapping[str, Any]) -> str | None:
+    rows = report.get("stats", {}).get("latency") or []
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * len(rows)))
+    labels = [r["api"] for r in rows]
+    for i, (pct, colour) in enumerate((("p50_ms", "#2a9d8f"), ("p95_ms", "#e9c46a"), ("p99_ms", "#e76f51"))):
+        ax.barh([y + (i - 1) * 0.27 for y in range(len(rows))], [r.get(pct) or 0 for r in rows],
+                height=0.27, color=colour, label=pct.replace("_ms", ""))
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    values = [r.get(p) for r in rows for p in ("p50_ms", "p99_ms") if r.get(p)]
+    # Injected delays put seconds beside sub-millisecond APIs: a log axis keeps both readable.
+    if values and max(values) > 50 * min(values):
+        ax.set_xscale("log")
+    ax.set_xlabel("latency seen by the client (ms)")
+    ax.set_title("Latency per API")
+    ax.legend(loc="lower right", fontsize=8)
+    return _png(fig)
+
+
+def outcomes_plot(report: Mapping[str, Any]) -> str | None:
+    """Client outcomes over time (stacked) and, from the wire, EndTxn outcomes per broker-side number."""
+    stats = report.get("stats", {})
+    buckets = stats.get("txn_outcomes") or []
+    wire = stats.get("end_txn_outcomes") or []
+    if not buckets and not wire:
+        return None
+    fig, axes = plt.subplots(1, 2 if wire else 1, figsize=(10, 3.5), squeeze=False)
+    ax = axes[0][0]
+    t0 = stats.get("history_start_ns") or 0
+    starts = sorted({b["bucket_start_ns"] for b in buckets})
+    bottom = {s: 0 for s in starts}
+    for kind in ("ok", "fail", "info"):
+        rows = {b["bucket_start_ns"]: b for b in buckets if b["type"] == kind}
+        if not rows:
+            continue
+        xs = [(s - t0) / NS for s in starts]
+        heights = [rows[s]["count"] if s in rows else 0 for s in starts]
+        width = (buckets[0]["bucket_ns"] / NS) * 0.9
+        ax.bar(xs, heights, width=width, bottom=[bottom[s] for s in starts], align="edge",
+               color=OUTCOME_COLOURS[kind], label=kind)
+        for s, h in zip(starts, heights):
+            bottom[s] += h
+    ax.set_title("Client outcomes of send/txn ops")
+    ax.set_xlabel("seconds since the history started")
+    if buckets:
+        ax.legend(fontsize=8)
+    if wire:
+        ax = axes[0][1]
+        xs = list(range(len(wire)))
+        ax.bar(xs, [w["commits"] or 0 for w in wire], color="#2a9d8f", label="commit")
+        ax.bar(xs, [w["aborts"] or 0 for w in wire], bottom=[w["commits"] or 0 for w in wire],
+               color="#e76f51", label="abort")
+        stale = [x for x, w in zip(xs, wire) if w.get("stale")]
+        ax.scatter(stale, [0.5] * len(stale), marker="*", s=120, color="black", label="stale EndTxn", zorder=3)
+        ax.set_title("Delivered EndTxn per broker-side txn (wire)")
+        ax.set_xlabel("broker-side transactions, in delivery order")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def _table(rows: list[Mapping[str, Any]], limit: int = 50) -> str:
+    if not rows:
+        return "<p>none</p>"
+    columns: list[str] = []
+    for row in rows[:limit]:
+        columns += [c for c in row if c not in columns]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = []
+    for row in rows[:limit]:
+        cells = []
+        for c in columns:
+            v = row.get(c)
+            text = v if isinstance(v, str) else json.dumps(v, default=str)
+            cells.append(f"<td>{html.escape(text)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+h1 .valid{color:#2a9d8f}h1 .invalid{color:#c1121f}h1 .unknown{color:#b08900}
+table{border-collapse:collapse;font-size:12px;margin-bottom:1em;display:block;overflow-x:auto}
+td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top;text-align:left}
+th{background:#f2f2f2}img{max-width:100%}code{background:#f2f2f2;padding:0 3px}
+"""
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """The whole page as text."""
+    valid = report.get("valid")
+    verdict = {True: "valid", False: "invalid"}.get(valid, "unknown")
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>kproxy report: {verdict}</title>"
+             f"<style>{STYLE}</style></head><body>",
+             f"<h1>kproxy analysis: <span class='{verdict}'>{verdict.upper()}</span></h1>"]
+    counts = report.get("counts", {})
+    errors = set(report.get("errors", ()))
+    summary_rows = [{"anomaly": n, "count": counts[n], "kind": "error" if n in errors else "informational",
+                     "example": explain((report["anomalies"].get(n) or [{}])[0], 160)}
+                    for n in report.get("anomaly_types", ())]
+    parts.append("<h2>Anomalies</h2>" + _table(summary_rows))
+    for title, plot in (("Over time", timeline_plot(report)), ("Latency", latency_plot(report)),
+                        ("Transaction outcomes", outcomes_plot(report))):
+        if plot:
+            parts.append(f"<h2>{title}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{plot}'>")
+    stats = report.get("stats", {})
+    if stats.get("fault_impact"):
+        parts.append("<h2>Fault impact</h2>" + _table(stats["fault_impact"]))
+    for name in report.get("anomaly_types", ()):
+        cases = report["anomalies"].get(name, [])
+        parts.append(f"<h2 id='{html.escape(name)}'>{html.escape(name)} ({counts[name]}; first {len(cases)} shown)</h2>"
+                     + _table(cases))
+    plain = {k: v for k, v in stats.items() if not isinstance(v, list)}
+    parts.append("<h2>Stats</h2><pre>" + html.escape(json.dumps(plain, indent=2, default=str)) + "</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_html(report: Mapping[str, Any], path: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(render_html(report))

@@ -1,0 +1,223 @@
+"""report.json: the verdict, the anomalies with their cases, counts and stats.
+
+`build_report` turns the checks' cases (DataFrames, or lists of dicts) into
+one JSON-ready dict; `format_summary` renders it for a terminal. Which
+anomalies make a history invalid follows Jepsen's Kafka checker; the rest
+are informational (docs/analysis.md lists both).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+SCHEMA_VERSION = 1
+MAX_CASES = 50
+
+# Exit codes of `kproxy analyze` (and spark/jobs.py).
+EXIT_VALID = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_UNKNOWN = 4
+
+# Reported, never a reason for invalid: causes on the wire (they explain
+# the client-visible anomalies), behaviour Kafka allows, classifications.
+INFORMATIONAL = frozenset({
+    "stale-end-txn",
+    "late-produce",
+    "ambiguous-error",
+    "abort-position",
+    "int-send-skip",
+    "G0",
+})
+# Wire tables that are statistics rather than anomalies: moved into stats.
+STATS_TABLES = {"latency": "latency", "fault-impact": "fault_impact"}
+
+
+def _plain(value: Any) -> Any:
+    """Spark rows and numpy-ish scalars to JSON-ready values."""
+    if hasattr(value, "asDict"):
+        return {k: _plain(v) for k, v in value.asDict(recursive=True).items()}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def collect_cases(cases: Any, limit: int = MAX_CASES) -> tuple[list[dict], int]:
+    """(first `limit` cases as dicts, total count) from a DataFrame or an iterable."""
+    if hasattr(cases, "limit") and hasattr(cases, "count"):
+        total = cases.count()
+        return [_plain(r) for r in cases.limit(limit).collect()], total
+    rows = list(cases) if isinstance(cases, Iterable) else []
+    return [_plain(r) for r in rows[:limit]], len(rows)
+
+
+def error_names(counts: Mapping[str, int], stats: Mapping[str, Any], allowed: Iterable[str] = ()) -> list[str]:
+    """Anomalies present that make the history invalid."""
+    tolerated = INFORMATIONAL | set(allowed)
+    errors = []
+    for name, n in counts.items():
+        if n <= 0 or name in tolerated:
+            continue
+        # An unseen write is only lost once the final reads had their chance.
+        if name == "unseen" and not stats.get("final_reads"):
+            continue
+        errors.append(name)
+    return sorted(errors)
+
+
+def verdict(counts: Mapping[str, int], stats: Mapping[str, Any], allowed: Iterable[str] = ()) -> bool | str:
+    """False if any error anomaly is present; "unknown" when nothing could
+    be judged (no completed operation) or writes are unseen without final
+    reads; else True."""
+    if error_names(counts, stats, allowed):
+        return False
+    if stats.get("completed_ops", 1) == 0:
+        return "unknown"
+    if counts.get("unseen", 0) > 0 and not stats.get("final_reads"):
+        return "unknown"
+    return True
+
+
+def build_report(
+    history_cases: Mapping[str, Any],
+    wire_cases: Mapping[str, Any],
+    stats: Mapping[str, Any],
+    allowed: Iterable[str] = (),
+    max_cases: int = MAX_CASES,
+) -> dict:
+    """The report.json structure.
+
+    history_cases / wire_cases: anomaly name -> cases (DataFrame or list of
+    dicts). `allowed`: names tolerated for this run (e.g. poll-skip with
+    subscribe; spark.checks.allowed_anomalies). stats: plain numbers and
+    tables; keys the report reads: final_reads (bool), completed_ops (int).
+    """
+    anomalies: dict[str, list[dict]] = {}
+    counts: dict[str, int] = {}
+    out_stats: dict[str, Any] = {k: _plain(v) for k, v in stats.items()}
+    for source in (history_cases, wire_cases):
+        for name, cases in source.items():
+            rows, total = collect_cases(cases, max_cases if name not in STATS_TABLES else 10_000)
+            if name in STATS_TABLES:
+                out_stats[STATS_TABLES[name]] = rows
+                continue
+            counts[name] = total
+            if total:
+                anomalies[name] = rows
+    allowed = set(allowed)
+    errors = error_names(counts, out_stats, allowed)
+    present = sorted(name for name, n in counts.items() if n > 0)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "valid": verdict(counts, out_stats, allowed),
+        "anomaly_types": present,
+        "errors": errors,
+        "informational": sorted(set(present) - set(errors)),
+        "anomalies": anomalies,
+        "counts": counts,
+        "stats": out_stats,
+    }
+
+
+def exit_code(report: Mapping[str, Any]) -> int:
+    valid = report.get("valid")
+    if valid is True:
+        return EXIT_VALID
+    if valid is False:
+        return EXIT_INVALID
+    return EXIT_UNKNOWN
+
+
+def explain(case: Mapping[str, Any], width: int = 110) -> str:
+    """One line about a case: its explanation when it has one, else its fields."""
+    text = case.get("explanation") or json.dumps(case, separators=(",", ":"), default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def format_summary(report: Mapping[str, Any], report_dir: str | None = None, example_width: int = 110) -> str:
+    """A short terminal summary: the verdict, each anomaly present with a
+    count and one example, the operation totals, where the report is."""
+    valid = report["valid"]
+    errors = set(report.get("errors", ()))
+    head = {True: "VALID", False: "INVALID"}.get(valid, "UNKNOWN")
+    lines = [f"kproxy analyze: {head}"
+             + (f" ({len(errors)} error anomal{'y' if len(errors) == 1 else 'ies'})" if errors else "")]
+    for name in report.get("anomaly_types", ()):
+        kind = "error" if name in errors else "info"
+        cases = report["anomalies"].get(name) or [{}]
+        lines.append(f"  {name:<24} {report['counts'][name]:>7}  {kind:<5}  {explain(cases[0], example_width)}")
+    if not report.get("anomaly_types"):
+        lines.append("  no anomalies found")
+    stats = report.get("stats", {})
+    if "completed_ops" in stats:
+        lines.append(
+            f"  ops: {stats.get('completed_ops')} completed; sends acknowledged {stats.get('sends_acknowledged', 0)},"
+            f" unknown {stats.get('sends_unknown', 0)}, failed {stats.get('sends_failed', 0)};"
+            f" final reads: {'yes' if stats.get('final_reads') else 'no'}"
+        )
+    for row in stats.get("latency", [])[:8]:
+        lines.append(f"  latency {row['api']:<16} p50 {row['p50_ms']:.1f} ms  p99 {row['p99_ms']:.1f} ms"
+                     f"  ({row['responses']} responses)")
+    if report_dir:
+        lines.append(f"  report: {report_dir}/report.json, {report_dir}/report.html")
+    return "\n".join(lines)
+
+
+def write_json(report: Mapping[str, Any], path: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=2, sort_keys=False, default=str)
+        fh.write("\n")
+
+
+# --- Report statistics computed in Spark (pure DataFrame -> DataFrame) -------
+
+
+def final_reader(ops):  # noqa: ANN001, ANN201 - pyspark imported lazily
+    """The final-reads process, if the history ends with one: a process
+    whose `ok` assign follows every write invocation and which then polls.
+    Columns: process, assign_index (zero or one row)."""
+    from pyspark.sql import functions as F
+
+    last_write = ops.where(F.col("f").isin("send", "txn") & (F.col("type") == "invoke")).agg(
+        F.max("index").alias("last_write")
+    )
+    assigns = ops.where((F.col("f") == "assign") & (F.col("type") == "ok")).crossJoin(last_write).where(
+        F.col("last_write").isNull() | (F.col("index") > F.col("last_write"))
+    )
+    polls = ops.where((F.col("f") == "poll") & (F.col("type") == "ok")).select(
+        F.col("process").alias("poll_process"), F.col("index").alias("poll_index")
+    )
+    return (
+        assigns.join(polls, (assigns["process"] == polls["poll_process"]) & (polls["poll_index"] > assigns["index"]))
+        .groupBy("process")
+        .agg(F.min("index").alias("assign_index"))
+        .limit(1)
+    )
+
+
+def txn_outcomes_over_time(ops, buckets: int = 60):  # noqa: ANN001, ANN201
+    """Completed send/txn ops per time bucket and outcome: bucket_start_ns,
+    bucket_ns, type, count. The bucket width adapts to the history's span."""
+    from pyspark.sql import functions as F
+
+    done = ops.where(F.col("f").isin("send", "txn") & F.col("type").isin("ok", "fail", "info"))
+    span = done.agg(F.min("time").alias("t0"), F.max("time").alias("t1"))
+    width = F.greatest(F.ceil((F.col("t1") - F.col("t0") + 1) / buckets), F.lit(1))
+    return (
+        done.crossJoin(span)
+        .withColumn("bucket_ns", width)
+        .withColumn("bucket_start_ns", F.col("t0") + F.floor((F.col("time") - F.col("t0")) / F.col("bucket_ns")) * F.col("bucket_ns"))
+        .groupBy("bucket_start_ns", "bucket_ns", "type")
+        .agg(F.count(F.lit(1)).alias("count"))
+        .orderBy("bucket_start_ns", "type")
+    )
