@@ -286,3 +286,13 @@ def _logical_lines(text: str) -> list[str]:
         lines.append(current + line)
         current = ""
     return lines
+
+
+def test_compose_demo_rules_validate() -> None:
+    from kproxy.faults.loader import load_rule_file
+
+    rule_file = load_rule_file(DEPLOY / "rules" / "dashboards-demo.yaml")
+    actions = {rule.action.type for rule in rule_file.rules}
+    # The live dashboard test relies on these to move the fault, transaction and ghost series.
+    assert {"delay", "duplicate", "replace_error"} <= actions
+    assert rule_file.schedule is not None
