@@ -296,3 +296,16 @@ def test_compose_demo_rules_validate() -> None:
     # The live dashboard test relies on these to move the fault, transaction and ghost series.
     assert {"delay", "duplicate", "replace_error"} <= actions
     assert rule_file.schedule is not None
+
+
+def test_dockerfile_copies_only_what_exists_and_the_build_context_keeps() -> None:
+    """A COPY of a missing or .dockerignored path breaks `docker build`; no engine runs here to notice."""
+    kept = {line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")}
+    for line in _logical_lines((ROOT / "Dockerfile").read_text()):
+        keyword, _, rest = line.partition(" ")
+        if keyword.upper() != "COPY":
+            continue
+        *sources, _dest = rest.split()
+        for source in sources:
+            assert (ROOT / source).exists(), f"COPY {source}: no such path in the repository"
+            assert source.rstrip("/") in kept, f"COPY {source}: excluded by .dockerignore"
