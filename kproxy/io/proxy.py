@@ -35,6 +35,7 @@ from kproxy.txn.tracker import TxnTracker
 log = logging.getLogger("kproxy.proxy")
 
 BOOTSTRAP_NODE = -1
+PHASE_TICK_SECONDS = 0.5
 
 
 def _error_name(code: int) -> str:
@@ -57,6 +58,7 @@ class Proxy:
         self._error_counters: dict[tuple[int, int], Any] = {}
         self._opened_seen = (0, 0)
         self._stats_published = 0.0
+        self._published_phases: set[str] = set()
         self.addresses = AddressMap(config.advertise_host, config.broker_port_base)
         self.listeners: dict[int, trio.socket.SocketType] = {}
         self.connections: set[ClientConnection] = set()
@@ -155,12 +157,27 @@ class Proxy:
         self.engine.replace(rule_file)
         self.rules_changed()
 
+    async def _publish_phases(self) -> None:
+        """Keep kproxy_schedule_phase_active current as the schedule's clock runs."""
+        while True:
+            self.publish_phase()
+            await trio.sleep(PHASE_TICK_SECONDS)
+
+    def publish_phase(self) -> None:
+        schedule = self.engine.rule_file.schedule
+        names = [p.name for p in schedule.phases] if schedule is not None else []
+        active = self.engine.active_phase(self.clock()) if names else None
+        for name in set(names) | self._published_phases:
+            metrics.schedule_phase.labels(name).set(1 if name == active else 0)
+        self._published_phases = set(names)
+
     def rules_changed(self) -> None:
         self.inspector.refresh()
         rules = self.engine.list_rules()
         enabled = sum(1 for r in rules if r.get("enabled", True))
         metrics.rules_loaded.labels("enabled").set(enabled)
         metrics.rules_loaded.labels("disabled").set(len(rules) - enabled)
+        self.publish_phase()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,6 +186,7 @@ class Proxy:
             self.nursery = nursery
             await self._open_listener(BOOTSTRAP_NODE, self.config.listen.port)
             await self._discover_brokers()
+            nursery.start_soon(self._publish_phases)
             self.started.set()
             log.info(
                 "proxy %s listening on %s (bootstrap) for upstream %s; brokers: %s",
