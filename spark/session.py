@@ -7,12 +7,15 @@ import os
 from pyspark.sql import SparkSession
 
 
-def get_session(master: str = "local[*]", app_name: str = "kproxy-analyze") -> SparkSession:
+def get_session(
+    master: str = "local[*]", app_name: str = "kproxy-analyze", conf: dict[str, str] | None = None
+) -> SparkSession:
     """A SparkSession sized for a small machine (2 cores) unless a cluster is given.
 
     Shuffle partitions stay small because the default of 200 turns every
     aggregation of a modest history into hundreds of near-empty tasks, which
     dominates run time on two cores. Adaptive execution coalesces further.
+    ``conf`` overrides any setting (tests use it for tiny-data settings).
     """
     builder = (
         SparkSession.builder.master(master)
@@ -29,6 +32,8 @@ def get_session(master: str = "local[*]", app_name: str = "kproxy-analyze") -> S
         .config("spark.sql.catalogImplementation", "in-memory")
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "kproxy-spark-warehouse"))
     )
+    for name, setting in (conf or {}).items():
+        builder = builder.config(name, setting)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
