@@ -11,6 +11,7 @@ seconds, not the library defaults of minutes.
 
 from __future__ import annotations
 
+import io
 import time
 import uuid
 from collections.abc import Iterable
@@ -226,3 +227,117 @@ def fates(log: list[WireRecord]) -> dict[str, str | None]:
                 break
         out[rec.value] = fate
     return out
+
+
+# ---------------------------------------------------------------- raw Fetch, to see exactly what a client is handed
+
+
+@dataclass(frozen=True)
+class RawFetch:
+    """One Fetch response for partition 0, as the client received it."""
+
+    high_watermark: int
+    last_stable_offset: int
+    aborted_transactions: tuple[tuple[int, int], ...]
+    records: tuple[WireRecord, ...]
+
+
+def raw_fetch(bootstrap: str, topic: str, offset: int = 0, read_committed: bool = True, timeout: float = 10.0) -> RawFetch:
+    """Send one Fetch (v12) for partition 0 over a fresh socket and decode what comes back."""
+    import datetime
+    import socket
+    import struct
+
+    from kio.schema.fetch.v12 import request as fetch_request
+    from kio.schema.fetch.v12.response import FetchResponse
+    from kio.schema.request_header.v2.header import RequestHeader
+    from kio.schema.response_header.v1.header import ResponseHeader
+    from kio.serial import entity_reader, entity_writer
+
+    from kproxy.protocol.records import decode_batches
+
+    request = fetch_request.FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=100),
+        min_bytes=1,
+        max_bytes=4 << 20,
+        isolation_level=1 if read_committed else 0,
+        topics=(
+            fetch_request.FetchTopic(
+                topic=topic,
+                partitions=(fetch_request.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20),),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+    out = io.BytesIO()
+    entity_writer(RequestHeader)(
+        out, RequestHeader(request_api_key=1, request_api_version=12, correlation_id=7, client_id="scenario-raw")
+    )
+    entity_writer(fetch_request.FetchRequest)(out, request)
+    frame = out.getvalue()
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+        body = _recv_exactly(sock, size)
+    header, at = entity_reader(ResponseHeader)(body, 0)
+    assert header.correlation_id == 7
+    response, _ = entity_reader(FetchResponse)(body, at)
+    ((part,),) = [t.partitions for t in response.responses]
+    assert part.error_code == 0, part
+    records = tuple(
+        WireRecord(
+            batch.base_offset + i if batch.is_control else rec.offset,
+            None if rec.value is None else rec.value.decode(errors="replace"),
+            batch.control_type,
+            batch.producer_id,
+        )
+        for batch in decode_batches(bytes(part.records or b""))
+        for i, rec in enumerate(batch.records)
+    )
+    return RawFetch(
+        part.high_watermark,
+        part.last_stable_offset,
+        tuple((a.producer_id, a.first_offset) for a in part.aborted_transactions or ()),
+        records,
+    )
+
+
+def _recv_exactly(sock: Any, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"connection closed after {len(data)} of {n} bytes")
+        data += chunk
+    return bytes(data)
+
+
+# ---------------------------------------------------------------- kafka-python
+
+
+def kafka_python_producer(bootstrap: str, **settings: Any) -> Any:
+    from kafka import KafkaProducer
+
+    return KafkaProducer(
+        bootstrap_servers=bootstrap,
+        request_timeout_ms=3000,
+        retry_backoff_ms=100,
+        max_block_ms=10000,
+        **settings,
+    )
+
+
+def kafka_python_send(p: Any, topic: str, values: Iterable[str], key: str = "k") -> list[Delivery]:
+    """Send each value and wait for its answer; errors become failed deliveries (code in `error`)."""
+    from kafka.errors import KafkaError as KafkaPythonError
+
+    reports = []
+    for value in values:
+        future = p.send(topic, key=key.encode(), value=value.encode(), partition=0)
+        try:
+            meta = future.get(15)
+            reports.append(Delivery(value, meta.offset, None))
+        except KafkaPythonError as exc:
+            reports.append(Delivery(value, None, exc))  # type: ignore[arg-type]
+    return reports
