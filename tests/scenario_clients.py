@@ -102,12 +102,15 @@ def read_partition(
     isolation: str = "read_uncommitted",
     want: int | None = None,
     timeout: float = 8.0,
+    stop_at_want: bool = False,
     **settings: Any,
 ) -> list[Consumed]:
     """Read partition 0 from the start (assign, no group join) until the end or `want` records.
 
     Stops at the first end-of-partition once `want` records are in (or, with
     no `want`, at the first end-of-partition), or when `timeout` runs out.
+    With `stop_at_want`, stops as soon as `want` records are in (for a consumer
+    that never sees the end of the partition).
     """
     consumer = Consumer(
         {
@@ -137,6 +140,8 @@ def read_partition(
                     continue
                 raise KafkaException(err)
             out.append(Consumed(msg.offset(), _text(msg.key()), _text(msg.value())))
+            if stop_at_want and want is not None and len(out) >= want:
+                break
     finally:
         consumer.close()
     return out
