@@ -275,7 +275,6 @@ class Inspector:
                 metrics.txn_ended.labels("commit" if txn.committed else "abort").inc()
         if ex.txn:
             self.proxy.publish_txn_stats()
-            self._release_next_txn(ex)
 
     async def deliver(self, conn: ClientConnection, ex: Exchange, *, tracked: bool = False) -> None:
         """Send a request to the broker on the client's own connection."""
@@ -468,6 +467,11 @@ class Inspector:
             else:
                 codes = error_codes(decoded)
             self._learn_from_response(ex, decoded)
+            # Release copies held for "the next transaction's first records"
+            # only once the broker has written them: releasing on send races
+            # the copy (own connection) against the records.
+            if ex.txn and api_key == apis.PRODUCE:
+                self._release_next_txn(ex)
             changed = None
             if isinstance(decision, d.ReplaceError) and decoded is not None:
                 changed = replace_error_codes(decoded, decision.error_code)
@@ -483,7 +487,8 @@ class Inspector:
                 ex.outcome = "dropped"
             elif isinstance(decision, (d.Drop,)) and decision is not ex.decision:
                 ex.suppress_response = True
-            await self._trace_response(conn, ex, len(response) - 4, codes, decoded, now=now)
+            # Trace what the client gets, not what the broker sent.
+            await self._trace_response(conn, ex, len(response) - 4, codes, changed or decoded, now=now)
         ex.response = response
         proxy.latency_histogram(api_key).observe(now - ex.arrived)
         if ex.sent:
