@@ -1,0 +1,111 @@
+"""G0 (write-write) and G1c (write-read) cycles between transactions, and abort positions."""
+
+from tests.fixtures.spark import op
+
+
+def send(k, o, v):
+    return ["send", k, [o, v]]
+
+
+def poll(**by_key):
+    return ["poll", {k.lstrip("k"): pairs for k, pairs in by_key.items()}]
+
+
+def test_g0_write_cycle_across_two_keys(run_checks):
+    found = run_checks(
+        [
+            # T0 precedes T1 on key 1 but follows it on key 2.
+            op(0, "ok", "txn", [send(1, 0, 10), send(2, 1, 21)]),
+            op(1, "ok", "txn", [send(1, 1, 11), send(2, 0, 20)]),
+        ],
+        "G0", "G1c",
+    )
+    [cycle] = found["G0"]
+    assert sorted(cycle["cycle"][:-1]) == [0, 1] and cycle["cycle"][0] == cycle["cycle"][-1]
+    assert cycle["length"] == 2
+    assert {(s["type"], s["key"]) for s in cycle["steps"]} == {("ww", 1), ("ww", 2)}
+    assert found["G1c"] == []
+
+
+def test_g0_through_a_run_of_single_writes(run_checks):
+    # Single-write ops between T0's two writes are collapsed, but the cycle stays.
+    found = run_checks(
+        [
+            op(0, "ok", "txn", [send(1, 0, 10), send(1, 3, 13)]),
+            op(1, "ok", "send", [send(1, 1, 11)]),
+            op(2, "ok", "send", [send(1, 2, 12)]),
+        ],
+        "G0",
+    )
+    [cycle] = found["G0"]
+    assert cycle["cycle"] in ([0, 2, 0], [2, 0, 2])
+    assert all(s["type"] == "ww" for s in cycle["steps"])
+
+
+def test_g1c_write_read_cycle(run_checks):
+    found = run_checks(
+        [
+            # T0 read T1's write, and T1 read T0's write.
+            op(0, "ok", "txn", [send(1, 0, 10), poll(k2=[[0, 20]])]),
+            op(1, "ok", "txn", [send(2, 0, 20), poll(k1=[[0, 10]])]),
+        ],
+        "G0", "G1c",
+    )
+    [cycle] = found["G1c"]
+    assert cycle["length"] == 2
+    assert [s["type"] for s in cycle["steps"]] == ["wr", "wr"]
+    assert cycle["processes"][:-1] in ([0, 1], [1, 0])
+    assert found["G0"] == []
+
+
+def test_acyclic_history_has_no_cycles(run_checks):
+    found = run_checks(
+        [
+            op(0, "ok", "txn", [send(1, 0, 10), send(2, 0, 20)]),
+            op(1, "ok", "txn", [poll(k1=[[0, 10]]), send(1, 1, 11), send(2, 1, 21)]),
+            op(2, "ok", "send", [send(1, 2, 12)]),
+            op(3, "ok", "poll", [poll(k1=[[0, 10], [1, 11], [2, 12]], k2=[[0, 20], [1, 21]])]),
+            # A failed txn is no node: its interleaving proves nothing.
+            op(4, "fail", "txn", [send(1, 3, 13), send(2, 3, 23)]),
+        ],
+        "G0", "G1c",
+    )
+    assert found == {"G0": [], "G1c": []}
+
+
+def _abort_history(next_read):
+    return [op(9, "ok", "send", [send(1, o, 10 + o)]) for o in range(6)] + [
+        op(0, "ok", "assign", [1]),
+        op(0, "ok", "txn", [poll(k1=[[0, 10], [1, 11]])]),
+        op(0, "fail", "txn", [poll(k1=[[2, 12], [3, 13]]), send(2, 0, 20)], error="aborted"),
+        op(0, "ok", "txn", [poll(k1=next_read)]),
+    ]
+
+
+def test_abort_position_advance(run_checks):
+    [row] = run_checks(_abort_history([[4, 14]]), "abort-position")["abort-position"]
+    assert (row["position"], row["abort_index"], row["next_index"], row["error"]) == ("advance", 8, 9, "aborted")
+    assert (row["aborted_first_offset"], row["aborted_last_offset"], row["next_first_offset"]) == (2, 3, 4)
+
+
+def test_abort_position_rewind(run_checks):
+    [row] = run_checks(_abort_history([[2, 12], [3, 13]]), "abort-position")["abort-position"]
+    assert row["position"] == "rewind"
+
+
+def test_abort_position_rewind_further(run_checks):
+    [row] = run_checks(_abort_history([[1, 11], [2, 12]]), "abort-position")["abort-position"]
+    assert (row["position"], row["next_first_value"]) == ("rewind-further", 11)
+
+
+def test_abort_position_needs_a_definite_abort_and_no_reassignment(run_checks):
+    history = _abort_history([[2, 12]])
+    history.insert(-1, op(0, "ok", "assign", [1]))  # keeps key 1: still classified
+    unknown = [dict(o) for o in _abort_history([[2, 12]])]
+    unknown[-2]["type"] = "info"  # outcome unknown: not classified
+    reassigned = _abort_history([[0, 10]])
+    reassigned.insert(-1, op(0, "ok", "assign", [2]))
+    found_kept = run_checks(history, "abort-position")["abort-position"]
+    assert [r["position"] for r in found_kept] == ["rewind"]
+    assert run_checks(unknown, "abort-position")["abort-position"] == []
+    assert run_checks(reassigned, "abort-position")["abort-position"] == []
