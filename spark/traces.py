@@ -1,0 +1,422 @@
+"""Load proxy traces and flatten them to one row per record.
+
+Traces are read with the explicit schema from kproxy.obs.trace_schema, never
+inferred: inference would scan every file twice and would silently change
+types when a field happens to be null in a whole file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from kproxy.obs.trace_schema import spark_schema
+
+# A request that never reached the broker cannot have written or ended anything.
+NOT_DELIVERED = ("dropped", "refused", "answered", "held")
+
+# Columns that identify one request/response exchange: request and response
+# events share them.
+EXCHANGE = ("proxy_id", "conn_id", "correlation_id", "copy")
+
+
+def _files(directory: Path, suffix: str) -> list[str]:
+    return sorted(str(p) for p in directory.rglob(f"*{suffix}") if p.is_file())
+
+
+def load_traces(spark: SparkSession, directory: str | Path) -> DataFrame:
+    """Every trace event in `directory` (JSONL and/or Parquet, rotated files included)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"trace directory not found: {directory}")
+    schema = spark_schema()
+    frames: list[DataFrame] = []
+    jsonl = _files(directory, ".jsonl")
+    if jsonl:
+        # PERMISSIVE: a proxy killed mid-write leaves a torn last line; it
+        # parses to an all-null row, dropped below, instead of failing the run.
+        frames.append(spark.read.schema(schema).option("mode", "PERMISSIVE").json(jsonl))
+    parquet = _files(directory, ".parquet")
+    if parquet:
+        frames.append(spark.read.schema(schema).parquet(*parquet))
+    if not frames:
+        return spark.createDataFrame([], schema)
+    traces = frames[0]
+    for frame in frames[1:]:
+        traces = traces.unionByName(frame)
+    # A torn last line of a killed writer parses to an all-null row; drop it.
+    return traces.where(F.col("direction").isNotNull())
+
+
+def _with_coalesced_ids(traces: DataFrame) -> DataFrame:
+    """Fill the exchange key so joins never meet nulls (nulls never join)."""
+    return traces.fillna({"proxy_id": "", "copy": 0})
+
+
+def trace_records(traces: DataFrame) -> DataFrame:
+    """One row per record per event, with the event's columns.
+
+    Columns: the event's own columns except `partitions`, then topic,
+    partition, partition_error_code, base_offset, high_watermark,
+    last_stable_offset, aborted_transactions, record_index (position within
+    the partition of this event), offset, key, value, control,
+    producer_id / producer_epoch (the record batch's, falling back to the
+    event's), sequence, transactional, and the event's own producer id and
+    epoch as event_producer_id / event_producer_epoch.
+    """
+    events = _with_coalesced_ids(traces).where(F.col("partitions").isNotNull())
+    event_columns = [c for c in traces.columns if c not in ("partitions", "producer_id", "producer_epoch")]
+    parts = events.select(
+        *event_columns,
+        F.col("producer_id").alias("event_producer_id"),
+        F.col("producer_epoch").alias("event_producer_epoch"),
+        F.explode("partitions").alias("p"),
+    )
+    records = parts.select(
+        *event_columns,
+        "event_producer_id",
+        "event_producer_epoch",
+        F.col("p.topic").alias("topic"),
+        F.col("p.partition").alias("partition"),
+        F.col("p.error_code").alias("partition_error_code"),
+        F.col("p.base_offset").alias("base_offset"),
+        F.col("p.high_watermark").alias("high_watermark"),
+        F.col("p.last_stable_offset").alias("last_stable_offset"),
+        F.col("p.aborted_transactions").alias("aborted_transactions"),
+        F.posexplode("p.records").alias("record_index", "r"),
+    )
+    return records.select(
+        *[c for c in records.columns if c != "r"],
+        F.col("r.offset").alias("offset"),
+        F.col("r.key").alias("key"),
+        F.col("r.value").alias("value"),
+        F.col("r.control").alias("control"),
+        F.coalesce("r.producer_id", "event_producer_id").alias("producer_id"),
+        F.coalesce("r.producer_epoch", "event_producer_epoch").alias("producer_epoch"),
+        F.col("r.sequence").alias("sequence"),
+        F.col("r.transactional").alias("transactional"),
+    )
+
+
+def trace_partitions(traces: DataFrame) -> DataFrame:
+    """One row per partition per event (Produce response offsets and errors, Fetch metadata)."""
+    events = _with_coalesced_ids(traces).where(F.col("partitions").isNotNull())
+    event_columns = [c for c in traces.columns if c != "partitions"]
+    parts = events.select(*event_columns, F.explode("partitions").alias("p"))
+    return parts.select(
+        *event_columns,
+        F.col("p.topic").alias("topic"),
+        F.col("p.partition").alias("partition"),
+        F.col("p.error_code").alias("partition_error_code"),
+        F.col("p.base_offset").alias("base_offset"),
+        F.col("p.high_watermark").alias("high_watermark"),
+        F.col("p.last_stable_offset").alias("last_stable_offset"),
+        F.col("p.aborted_transactions").alias("aborted_transactions"),
+    )
+
+
+def _delivered() -> "F.Column":
+    return ~F.coalesce(F.col("outcome"), F.lit("delivered")).isin(*NOT_DELIVERED)
+
+
+def exchanges(traces: DataFrame) -> DataFrame:
+    """One row per request event, joined with its response event when traced.
+
+    Adds response_ns, response_error_code, response_error_codes,
+    latency_ms / upstream_latency_ms (from the response), `delivered` and
+    `delivery_ns`: when the request reached the broker, taken as the response
+    time minus the upstream latency because a delayed request's own event
+    time is its arrival, not its delivery.
+    """
+    events = _with_coalesced_ids(traces)
+    requests = events.where(F.col("direction") == "request").drop("latency_ms", "upstream_latency_ms")
+    responses = events.where(F.col("direction") == "response").select(
+        *EXCHANGE,
+        F.col("mono_ns").alias("response_ns"),
+        F.col("error_code").alias("response_error_code"),
+        F.col("error_codes").alias("response_error_codes"),
+        "latency_ms",
+        "upstream_latency_ms",
+    )
+    joined = requests.join(responses, list(EXCHANGE), "left")
+    return joined.withColumn("delivered", _delivered()).withColumn(
+        "delivery_ns",
+        F.coalesce(
+            (F.col("response_ns") - F.col("upstream_latency_ms") * 1e6).cast("long"),
+            F.col("mono_ns"),
+        ),
+    )
+
+
+def _producer_key(tid: str, pid: str, epoch: str) -> list["F.Column"]:
+    # The synthetic transaction numbers are counted per (transactional id,
+    # producer id, epoch); nulls become sentinels so the key always joins.
+    return [
+        F.coalesce(F.col(tid), F.lit("")).alias("txn_id"),
+        F.coalesce(F.col(pid), F.lit(-1)).cast("long").alias("txn_pid"),
+        F.coalesce(F.col(epoch), F.lit(-1)).cast("int").alias("txn_epoch"),
+    ]
+
+
+TXN_KEY = ("txn_id", "txn_pid", "txn_epoch")
+
+
+def produce_attempts(traces: DataFrame) -> DataFrame:
+    """One row per record per Produce request event (copies included), with
+    the partition's answer: response_error, landed_offset and a status of
+    ok | error | not-delivered | no-response."""
+    records = trace_records(traces).where((F.col("api") == "produce") & (F.col("direction") == "request"))
+    responses = trace_partitions(traces).where(
+        (F.col("api") == "produce") & (F.col("direction") == "response")
+    ).select(
+        *EXCHANGE,
+        "topic",
+        "partition",
+        F.coalesce("partition_error_code", "error_code").alias("response_error"),
+        F.col("base_offset").alias("response_base_offset"),
+        F.col("mono_ns").alias("response_ns"),
+        F.col("upstream_latency_ms").alias("response_upstream_ms"),
+    )
+    joined = records.join(responses, [*EXCHANGE, "topic", "partition"], "left")
+    delivered = _delivered()
+    status = (
+        F.when(delivered & (F.col("response_error") == 0), "ok")
+        .when(F.col("response_error") != 0, "error")
+        .when(~delivered, "not-delivered")
+        .otherwise("no-response")
+    )
+    return joined.select(
+        *EXCHANGE,
+        "mono_ns",
+        "wall_time",
+        "transactional_id",
+        *_producer_key("transactional_id", "event_producer_id", "event_producer_epoch"),
+        "producer_id",
+        "txn_client",
+        "txn_broker",
+        "hazard",
+        "rule",
+        "action",
+        "outcome",
+        "topic",
+        "partition",
+        "record_index",
+        "key",
+        "value",
+        F.col("key").cast("long").alias("key_long"),
+        F.col("value").cast("long").alias("value_long"),
+        "transactional",
+        "response_error",
+        status.alias("status"),
+        F.when(
+            delivered & (F.col("response_error") == 0) & (F.col("response_base_offset") >= 0),
+            F.col("response_base_offset") + F.col("record_index"),
+        ).alias("landed_offset"),
+        F.coalesce(
+            (F.col("response_ns") - F.col("response_upstream_ms") * 1e6).cast("long"), F.col("mono_ns")
+        ).alias("delivery_ns"),
+    )
+
+
+def fetched_records(traces: DataFrame, isolation: str = "auto") -> DataFrame:
+    """Records (data and control) returned by Fetch responses, with a
+    `read_committed` flag.
+
+    The trace carries no isolation level, so it is inferred: brokers send an
+    aborted-transactions list (possibly empty) only to read_committed
+    fetches. isolation="auto" uses that tell when any fetch in the trace
+    carries a list, and otherwise assumes read_committed (the workload's
+    default); "read_committed" / "read_uncommitted" force it.
+    """
+    records = trace_records(traces).where(
+        (F.col("api") == "fetch") & (F.col("direction") == "response") & F.col("offset").isNotNull()
+    )
+    if isolation == "read_committed":
+        flag = F.lit(True)
+    elif isolation == "read_uncommitted":
+        flag = F.lit(False)
+    elif isolation == "auto":
+        has_lists = records.where(F.col("aborted_transactions").isNotNull()).limit(1).count() > 0
+        flag = F.col("aborted_transactions").isNotNull() if has_lists else F.lit(True)
+    else:
+        raise ValueError(f"isolation must be auto, read_committed or read_uncommitted, not {isolation!r}")
+    return records.withColumn("read_committed", flag).withColumn(
+        "key_long", F.col("key").cast("long")
+    ).withColumn("value_long", F.col("value").cast("long"))
+
+
+def end_txns(traces: DataFrame) -> DataFrame:
+    """Every EndTxn request with its response, delivery time and producer key."""
+    return exchanges(traces).where(F.col("api") == "end_txn").select(
+        *EXCHANGE,
+        "mono_ns",
+        "delivery_ns",
+        "transactional_id",
+        *_producer_key("transactional_id", "producer_id", "producer_epoch"),
+        "txn_client",
+        "txn_broker",
+        "end_txn_commit",
+        "hazard",
+        "rule",
+        "action",
+        "outcome",
+        "delivered",
+        "response_error_code",
+    )
+
+
+END_TXN_ATTRIBUTION = (
+    "conn_id",
+    "correlation_id",
+    "copy",
+    "txn_client",
+    "txn_broker",
+    "end_txn_commit",
+    "hazard",
+    "rule",
+    "action",
+    "outcome",
+)
+
+
+def deciding_end_txns(traces: DataFrame) -> DataFrame:
+    """Per producer and broker-side transaction number, the EndTxn that ended
+    it: the first one delivered whose response (if any) was not an error.
+    Columns: TXN_KEY and txn_broker prefixed `decided_`, then
+    END_TXN_ATTRIBUTION prefixed `end_`."""
+    candidates = end_txns(traces).where(
+        F.col("delivered")
+        & F.col("txn_broker").isNotNull()
+        & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
+    )
+    first = Window.partitionBy(*TXN_KEY, "txn_broker").orderBy("delivery_ns", "mono_ns", "copy")
+    chosen = candidates.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1)
+    return chosen.select(
+        *[F.col(c).alias(f"decided_{c}") for c in TXN_KEY],
+        F.col("txn_broker").alias("decided_txn_broker"),
+        *[F.col(c).alias(f"end_{c}") for c in END_TXN_ATTRIBUTION],
+    )
+
+
+def landings(
+    traces: DataFrame,
+    isolation: str = "auto",
+    attempts: DataFrame | None = None,
+    fetched: DataFrame | None = None,
+) -> DataFrame:
+    """Every record known to be in a partition's log, once per (topic,
+    partition, offset): acknowledged by a Produce response or returned by a
+    Fetch. Carries the producing request's numbers, hazard and rule when the
+    Produce was traced, and `fate`: committed | aborted | unknown.
+
+    Fate comes first from the log itself (the next transaction marker of the
+    record's producer in that partition, or an aborted-transactions entry
+    covering it), then from the EndTxn that ended the record's broker-side
+    transaction, and is `committed` for non-transactional records.
+    """
+    # Callers that already hold produce_attempts / fetched_records (cached)
+    # pass them in, so the plan is not rebuilt from the raw events.
+    if attempts is None:
+        attempts = produce_attempts(traces)
+    if fetched is None:
+        fetched = fetched_records(traces, isolation)
+    attempts = attempts.where(F.col("landed_offset").isNotNull())
+    produced = attempts.select(
+        "topic",
+        "partition",
+        F.col("landed_offset").alias("offset"),
+        "key",
+        "value",
+        "producer_id",
+        "transactional",
+        *TXN_KEY,
+        "txn_client",
+        "txn_broker",
+        F.col("hazard").alias("produce_hazard"),
+        F.col("rule").alias("produce_rule"),
+        F.col("action").alias("produce_action"),
+        F.col("conn_id").alias("produce_conn_id"),
+        F.col("correlation_id").alias("produce_correlation_id"),
+        F.col("copy").alias("produce_copy"),
+        F.lit(False).alias("seen_in_fetch"),
+    )
+    read = fetched.where(F.col("control").isNull()).select(
+        "topic", "partition", "offset", "key", "value", "producer_id", "transactional",
+        F.lit(True).alias("seen_in_fetch"),
+    )
+    both = produced.unionByName(read, allowMissingColumns=True)
+    attributes = [c for c in produced.columns if c not in ("topic", "partition", "offset", "seen_in_fetch")]
+    log = both.groupBy("topic", "partition", "offset").agg(
+        *[F.first(c, ignorenulls=True).alias(c) for c in attributes],
+        F.max("seen_in_fetch").alias("seen_in_fetch"),
+    )
+    return _with_fates(log, fetched, traces, deciding_end_txns(traces))
+
+
+def _marker_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame) -> DataFrame:
+    # One sort per (topic, partition, producer) instead of a range join: each
+    # record looks forward to its producer's next marker and back to the last
+    # boundary (marker or aborted-transaction start).
+    points = log.select("topic", "partition", "producer_id", "offset", F.lit(1).alias("kind"), F.lit(None).cast("string").alias("control"))
+    markers = fetched.where(F.col("control").isNotNull()).select(
+        "topic", "partition", "producer_id", "offset", F.lit(2).alias("kind"), "control"
+    ).dropDuplicates(["topic", "partition", "producer_id", "offset"])
+    starts = (
+        trace_partitions(traces)
+        .where((F.col("api") == "fetch") & (F.col("direction") == "response") & F.col("aborted_transactions").isNotNull())
+        .select("topic", "partition", F.explode("aborted_transactions").alias("a"))
+        .select(
+            "topic",
+            "partition",
+            F.col("a.producer_id").alias("producer_id"),
+            F.col("a.first_offset").alias("offset"),
+            F.lit(0).alias("kind"),
+            F.lit(None).cast("string").alias("control"),
+        )
+        .dropDuplicates()
+    )
+    timeline = points.unionByName(markers).unionByName(starts)
+    ordered = Window.partitionBy("topic", "partition", "producer_id").orderBy("offset", "kind")
+    ahead = ordered.rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    behind = ordered.rowsBetween(Window.unboundedPreceding, -1)
+    next_marker = F.first(F.when(F.col("kind") == 2, F.col("control")), ignorenulls=True).over(ahead)
+    last_boundary = F.last(F.when(F.col("kind") != 1, F.col("kind")), ignorenulls=True).over(behind)
+    fate = (
+        F.when(next_marker == "commit", "committed")
+        .when(next_marker == "abort", "aborted")
+        .when(last_boundary == 0, "aborted")
+    )
+    return (
+        timeline.withColumn("marker_fate", fate)
+        .where(F.col("kind") == 1)
+        .select("topic", "partition", "offset", "marker_fate")
+    )
+
+
+def _with_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame, deciders: DataFrame) -> DataFrame:
+    marked = log.join(_marker_fates(log, fetched, traces), ["topic", "partition", "offset"], "left")
+    decided = marked.join(
+        deciders,
+        [F.col(c) == F.col(f"decided_{c}") for c in (*TXN_KEY, "txn_broker")],
+        "left",
+    ).drop(*[f"decided_{c}" for c in (*TXN_KEY, "txn_broker")])
+    end_fate = F.when(F.col("end_end_txn_commit"), "committed").when(~F.col("end_end_txn_commit"), "aborted")
+    transactional = F.coalesce(
+        F.col("transactional"), F.col("txn_broker").isNotNull() | (F.col("txn_id") != "")
+    )
+    fate = F.coalesce(
+        F.col("marker_fate"),
+        end_fate,
+        F.when(~transactional, F.lit("committed")),
+        F.lit("unknown"),
+    )
+    return decided.withColumn("fate", fate).withColumn(
+        "fate_source",
+        F.when(F.col("marker_fate").isNotNull(), "marker")
+        .when(end_fate.isNotNull(), "end_txn")
+        .when(~transactional, "non-transactional")
+        .otherwise(None),
+    ).withColumn("key_long", F.col("key").cast("long")).withColumn("value_long", F.col("value").cast("long"))

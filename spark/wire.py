@@ -1,0 +1,408 @@
+"""Wire correlation: set what crossed the proxy beside what the clients believed.
+
+`wire_checks(ops, traces)` returns anomaly name -> cases (a DataFrame each).
+Every case carries `rules`: the fault rules its explanation points at, which
+is what `fault-impact` counts. docs/analysis.md describes each anomaly.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark.history import flatten_mops, key_partitions, sends
+from spark.traces import (
+    END_TXN_ATTRIBUTION,
+    end_txns,
+    fetched_records,
+    landings,
+    produce_attempts,
+)
+
+WIRE_ANOMALIES = (
+    "torn-transaction",
+    "stale-end-txn",
+    "late-produce",
+    "client-outcome-mismatch",
+    "spurious-offset",
+    "ambiguous-error",
+    "broker-aborted-read",
+    "latency",
+    "fault-impact",
+)
+
+_END_TXN = F.struct(*[F.col(f"end_{c}").alias(c) for c in END_TXN_ATTRIBUTION])
+
+
+def history_sends(ops: DataFrame) -> DataFrame:
+    """Completed send micro-ops with the key's topic/partition (from `create`
+    ops, when the history has them) and the op's error."""
+    mops = sends(flatten_mops(ops))
+    errors = ops.select(F.col("index").alias("_index"), F.col("error"))
+    where = key_partitions(ops).select(
+        "key", F.col("topic").alias("key_topic"), F.col("partition").alias("key_partition")
+    ).dropDuplicates(["key"])
+    return (
+        mops.join(errors, mops["index"] == errors["_index"], "left")
+        .drop("_index")
+        .join(where, "key", "left")
+    )
+
+
+def _sends_with_landings(ops: DataFrame, log: DataFrame) -> DataFrame:
+    """Each completed send joined to where its (key, value) is in the log.
+    Values are unique per key, so (key, value) names one write; the create
+    mapping, when present, pins it to its topic-partition."""
+    hs = history_sends(ops).select(
+        "index", "time", "process", "type", "f", "mop_index", "error", "key_topic", "key_partition",
+        F.col("key").alias("h_key"), F.col("value").alias("h_value"), F.col("offset").alias("client_offset"),
+    )
+    joined = hs.join(log, (hs["h_key"] == log["key_long"]) & (hs["h_value"] == log["value_long"]), "left")
+    placed = F.col("key_topic").isNull() | F.col("topic").isNull() | (
+        (F.col("key_topic") == F.col("topic")) & (F.col("key_partition") == F.col("partition"))
+    )
+    return joined.where(placed)
+
+
+def _stale(col_prefix: str = "end_") -> F.Column:
+    return F.col(f"{col_prefix}hazard").isNotNull()
+
+
+def _fate_summary(grouped_by: list[str], rows: DataFrame, extra: list[F.Column]) -> DataFrame:
+    """Per group: which values met which fate and which EndTxns decided them."""
+    pair = F.array(F.col("key_long"), F.col("value_long"))
+    return rows.groupBy(*grouped_by).agg(
+        F.array_sort(F.collect_set(F.when(F.col("fate") == "committed", pair))).alias("committed"),
+        F.array_sort(F.collect_set(F.when(F.col("fate") == "aborted", pair))).alias("aborted"),
+        F.array_sort(F.collect_set(F.when(F.col("fate") == "unknown", pair))).alias("unknown"),
+        F.collect_set(F.when(_stale() & F.col("end_conn_id").isNotNull(), _END_TXN)).alias("stale_end_txns"),
+        F.collect_set(F.when(F.col("end_conn_id").isNotNull(), _END_TXN)).alias("end_txns"),
+        F.array_sort(F.collect_set("txn_client")).alias("txn_clients"),
+        F.array_sort(F.collect_set("txn_broker")).alias("txn_brokers"),
+        F.array_sort(
+            F.array_union(
+                F.collect_set(F.when(_stale(), F.col("end_rule"))),
+                F.collect_set(F.col("produce_rule")),
+            )
+        ).alias("rules"),
+        *extra,
+    )
+
+
+def torn_transactions(ops: DataFrame, log: DataFrame) -> DataFrame:
+    """Client transactions whose records met different fates (some
+    committed, some aborted). A transaction is a history `txn` op; records
+    of a transactional producer that no history op claims are grouped by
+    the producer's client-side synthetic number instead."""
+    claimed = _sends_with_landings(ops, log).where((F.col("f") == "txn") & F.col("offset").isNotNull())
+    by_op = _fate_summary(
+        ["index"],
+        claimed,
+        [
+            F.first("process").alias("process"),
+            F.first("type").alias("client_type"),
+            F.first("error").alias("client_error"),
+            F.first("time").alias("time"),
+            F.first("txn_id").alias("transactional_id"),
+            F.first("txn_pid").alias("producer_id"),
+        ],
+    ).withColumn("source", F.lit("history"))
+
+    history_pairs = history_sends(ops).select(F.col("key").alias("key_long"), F.col("value").alias("value_long"))
+    unclaimed = log.join(history_pairs, ["key_long", "value_long"], "left_anti").where(
+        F.col("txn_client").isNotNull() & (F.col("txn_id") != "")
+    )
+    by_wire_txn = _fate_summary(
+        ["txn_id", "txn_pid", "txn_epoch", "txn_client"],
+        unclaimed,
+        [F.min("produce_conn_id").alias("produce_conn_id")],
+    ).select(
+        F.lit(None).cast("long").alias("index"),
+        F.lit(None).cast("long").alias("process"),
+        F.lit(None).cast("string").alias("client_type"),
+        F.lit(None).cast("string").alias("client_error"),
+        F.lit(None).cast("long").alias("time"),
+        F.col("txn_id").alias("transactional_id"),
+        F.col("txn_pid").alias("producer_id"),
+        "committed", "aborted", "unknown", "stale_end_txns", "end_txns", "txn_clients", "txn_brokers", "rules",
+        F.lit("wire").alias("source"),
+    )
+    both = by_op.unionByName(by_wire_txn)
+    torn = both.where((F.size("committed") > 0) & (F.size("aborted") > 0))
+    return torn.withColumn(
+        "explanation",
+        F.concat(
+            F.lit("records "), F.to_json("committed"), F.lit(" committed, "), F.to_json("aborted"),
+            F.lit(" aborted; client-side txn "), F.concat_ws(",", "txn_clients"),
+            F.lit(", broker-side txn "), F.concat_ws(",", "txn_brokers"),
+            F.lit("; stale EndTxn: "), F.to_json("stale_end_txns"),
+        ),
+    ).orderBy(F.col("index").asc_nulls_last(), "transactional_id")
+
+
+def client_outcome_mismatches(ops: DataFrame, log: DataFrame) -> DataFrame:
+    """Ops whose client outcome contradicts the wire, both ways:
+    `client-fail-wire-committed` (a definite failure or abort whose values
+    committed) and `client-ok-wire-aborted` (an ok whose values aborted)."""
+    landed = _sends_with_landings(ops, log).where(
+        F.col("f").isin("send", "txn") & F.col("type").isin("ok", "fail") & F.col("offset").isNotNull()
+    )
+    summary = _fate_summary(
+        ["index"],
+        landed,
+        [
+            F.first("process").alias("process"),
+            F.first("f").alias("f"),
+            F.first("type").alias("client_type"),
+            F.first("error").alias("client_error"),
+            F.first("time").alias("time"),
+        ],
+    )
+    direction = (
+        F.when((F.col("client_type") == "fail") & (F.size("committed") > 0), "client-fail-wire-committed")
+        .when((F.col("client_type") == "ok") & (F.size("aborted") > 0), "client-ok-wire-aborted")
+    )
+    return (
+        summary.withColumn("direction", direction)
+        .where(F.col("direction").isNotNull())
+        .select("index", "time", "process", "f", "client_type", "client_error", "direction",
+                "committed", "aborted", "txn_clients", "txn_brokers", "stale_end_txns", "rules")
+        .orderBy("index")
+    )
+
+
+def _attempts_by_write(attempts: DataFrame) -> DataFrame:
+    """Per written (key, value): how its Produce attempts were answered."""
+    return attempts.groupBy("key_long", "value_long").agg(
+        F.max((F.col("status") == "ok").cast("int")).alias("any_ok"),
+        F.max((F.col("status") == "error").cast("int")).alias("any_error"),
+        F.array_sort(F.collect_set(F.when(F.col("status") == "error", F.col("response_error")))).alias("error_codes"),
+        F.collect_set(
+            F.when(
+                F.col("status") == "error",
+                F.struct("conn_id", "correlation_id", "copy", "topic", "partition", "rule", "action", "outcome", "response_error"),
+            )
+        ).alias("errored_produces"),
+        F.array_sort(F.collect_set(F.when(F.col("status") == "error", F.col("rule")))).alias("rules"),
+    )
+
+
+def spurious_offsets(ops: DataFrame, attempts: DataFrame) -> DataFrame:
+    """Sends the client reported at an offset while every traced Produce of
+    that write (`attempts`: spark.traces.produce_attempts) was answered with
+    an error."""
+    reported = history_sends(ops).where(F.col("offset").isNotNull() & F.col("type").isin("ok", "info"))
+    answers = _attempts_by_write(attempts)
+    joined = reported.join(
+        answers, (reported["key"] == answers["key_long"]) & (reported["value"] == answers["value_long"])
+    )
+    return joined.where((F.col("any_error") == 1) & (F.col("any_ok") == 0)).select(
+        "index", "time", "process", "type", "key", "value", F.col("offset").alias("client_offset"),
+        "error_codes", "errored_produces", "rules",
+    ).orderBy("index", "key")
+
+
+def ambiguous_errors(ops: DataFrame, attempts: DataFrame, fetched: DataFrame) -> DataFrame:
+    """Writes whose every Produce was answered with an error, yet which a
+    Fetch (`fetched`: spark.traces.fetched_records) later returned: the
+    error did not mean "not written"."""
+    answers = _attempts_by_write(attempts).where((F.col("any_error") == 1) & (F.col("any_ok") == 0))
+    reads = fetched.where(F.col("control").isNull()).groupBy(
+        "key_long", "value_long", "topic", "partition"
+    ).agg(F.array_sort(F.collect_set("offset")).alias("read_offsets"))
+    client = history_sends(ops).select(
+        F.col("key").alias("key_long"), F.col("value").alias("value_long"),
+        F.col("index"), F.col("type").alias("client_type"), F.col("error").alias("client_error"),
+    )
+    return (
+        answers.join(reads, ["key_long", "value_long"])
+        .join(client, ["key_long", "value_long"], "left")
+        .select(
+            "index", "client_type", "client_error",
+            F.col("key_long").alias("key"), F.col("value_long").alias("value"),
+            "topic", "partition", "read_offsets", "error_codes", "errored_produces", "rules",
+        )
+        .orderBy("key", "value")
+    )
+
+
+def stale_end_txns(traces: DataFrame) -> DataFrame:
+    """Every delivered EndTxn whose numbers disagreed at delivery (a hazard)."""
+    return (
+        end_txns(traces)
+        .where(F.col("delivered") & F.col("hazard").isNotNull())
+        .select(
+            "proxy_id", "conn_id", "correlation_id", "copy", "mono_ns", "transactional_id",
+            F.col("txn_pid").alias("producer_id"), F.col("txn_epoch").alias("producer_epoch"),
+            "txn_client", "txn_broker", "end_txn_commit", "hazard", "rule", "action", "outcome",
+            "response_error_code", F.array_compact(F.array("rule")).alias("rules"),
+        )
+        .orderBy("mono_ns", "conn_id", "correlation_id", "copy")
+    )
+
+
+def late_produces(attempts: DataFrame) -> DataFrame:
+    """Every delivered Produce that slid into a later broker-side transaction."""
+    attempts = attempts.where(
+        (F.col("status") != "not-delivered") & (F.col("hazard") == "late_produce")
+    )
+    return (
+        attempts.groupBy("proxy_id", "conn_id", "correlation_id", "copy")
+        .agg(
+            F.min("mono_ns").alias("mono_ns"),
+            F.first("transactional_id").alias("transactional_id"),
+            F.first("txn_pid").alias("producer_id"),
+            F.first("txn_client").alias("txn_client"),
+            F.first("txn_broker").alias("txn_broker"),
+            F.first("rule").alias("rule"),
+            F.first("action").alias("action"),
+            F.first("outcome").alias("outcome"),
+            F.array_sort(F.collect_list(F.array("key_long", "value_long"))).alias("records"),
+            F.array_sort(F.collect_set("landed_offset")).alias("landed_offsets"),
+        )
+        .withColumn("rules", F.array_compact(F.array("rule")))
+        .orderBy("mono_ns", "conn_id", "correlation_id", "copy")
+    )
+
+
+def broker_aborted_reads(fetched: DataFrame, log: DataFrame) -> DataFrame:
+    """read_committed Fetch responses that returned records of aborted
+    transactions (one case per fetch response partition)."""
+    fetched = fetched.where(F.col("read_committed") & F.col("control").isNull())
+    fates = log.select("topic", "partition", "offset", "fate", "fate_source", "end_rule", "end_hazard")
+    aborted = fetched.join(fates, ["topic", "partition", "offset"]).where(F.col("fate") == "aborted")
+    return (
+        aborted.groupBy("proxy_id", "conn_id", "correlation_id", "copy", "topic", "partition")
+        .agg(
+            F.min("mono_ns").alias("mono_ns"),
+            F.first("client_id").alias("client_id"),
+            F.count(F.lit(1)).alias("aborted_records"),
+            F.array_sort(F.collect_set("offset")).alias("offsets"),
+            F.array_sort(F.collect_set(F.array("key_long", "value_long"))).alias("records"),
+            F.array_sort(F.collect_set("producer_id")).alias("producer_ids"),
+            F.array_sort(F.collect_set("fate_source")).alias("known_by"),
+            F.first("last_stable_offset").alias("last_stable_offset"),
+            F.array_sort(F.collect_set(F.when(F.col("end_hazard").isNotNull(), F.col("end_rule")))).alias("rules"),
+        )
+        .orderBy("mono_ns", "conn_id", "correlation_id")
+    )
+
+
+def latency(traces: DataFrame) -> DataFrame:
+    """Per API: responses, p50/p95/p99/max of client-seen and upstream latency."""
+    responses = traces.where((F.col("direction") == "response") & F.col("latency_ms").isNotNull())
+    pct = F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))
+    return (
+        responses.groupBy("api")
+        .agg(
+            F.count(F.lit(1)).alias("responses"),
+            F.percentile_approx("latency_ms", pct, 1000).alias("_p"),
+            F.max("latency_ms").alias("max_ms"),
+            F.percentile_approx("upstream_latency_ms", F.lit(0.99), 1000).alias("upstream_p99_ms"),
+            F.sum((F.coalesce("error_code", F.lit(0)) != 0).cast("long")).alias("errors"),
+        )
+        .select(
+            "api", "responses", "errors",
+            F.col("_p")[0].alias("p50_ms"), F.col("_p")[1].alias("p95_ms"), F.col("_p")[2].alias("p99_ms"),
+            "max_ms", "upstream_p99_ms",
+        )
+        .orderBy("api")
+    )
+
+
+def fault_impact(traces: DataFrame, cases: dict[str, DataFrame]) -> DataFrame:
+    """Per rule: how many events it touched (and with which actions), and how
+    many cases of each anomaly point at it. Rules that fired without any
+    attributed anomaly appear with anomaly null."""
+    touched = (
+        traces.where(F.col("rule").isNotNull() & (F.col("direction") == "request"))
+        .groupBy("rule")
+        .agg(F.count(F.lit(1)).alias("events"), F.array_sort(F.collect_set("action")).alias("actions"))
+    )
+    attributed = None
+    for name, df in cases.items():
+        if "rules" not in df.columns:
+            continue
+        per_rule = df.select(F.explode("rules").alias("rule")).groupBy("rule").agg(F.count(F.lit(1)).alias("cases"))
+        per_rule = per_rule.withColumn("anomaly", F.lit(name))
+        attributed = per_rule if attributed is None else attributed.unionByName(per_rule)
+    if attributed is None:
+        return touched.withColumn("anomaly", F.lit(None).cast("string")).withColumn("cases", F.lit(0).cast("long"))
+    return (
+        touched.join(attributed, "rule", "full")
+        .select("rule", "actions", F.coalesce("events", F.lit(0)).alias("events"), "anomaly",
+                F.coalesce("cases", F.lit(0)).alias("cases"))
+        .orderBy("rule", "anomaly")
+    )
+
+
+def clock_offset_ns(ops: DataFrame, traces: DataFrame) -> int | None:
+    """History time minus trace monotonic time, estimated from acknowledged
+    sends (their completion follows the Produce response closely), so plots
+    can put wire events and history ops on one axis. None when nothing joins."""
+    acked = history_sends(ops).where((F.col("type") == "ok") & F.col("offset").isNotNull())
+    attempts = produce_attempts(traces).where(F.col("status") == "ok").groupBy("key_long", "value_long").agg(
+        F.min("mono_ns").alias("mono_ns")
+    )
+    joined = acked.join(attempts, (acked["key"] == attempts["key_long"]) & (acked["value"] == attempts["value_long"]))
+    row = joined.agg(F.percentile_approx(F.col("time") - F.col("mono_ns"), 0.5, 1000).alias("d")).first()
+    return None if row is None or row["d"] is None else int(row["d"])
+
+
+def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> dict[str, DataFrame]:
+    """Every wire anomaly: name -> cases. `isolation` says how to tell
+    read_committed fetches (see spark.traces.fetched_records)."""
+    # Every check reads these three; caching them keeps each check from
+    # re-running the trace flattening and the fate windows.
+    attempts = produce_attempts(traces).cache()
+    fetched = fetched_records(traces, isolation).cache()
+    log = landings(traces, isolation, attempts=attempts, fetched=fetched).cache()
+    cases: dict[str, DataFrame] = {
+        "torn-transaction": torn_transactions(ops, log),
+        "stale-end-txn": stale_end_txns(traces),
+        "late-produce": late_produces(attempts),
+        "client-outcome-mismatch": client_outcome_mismatches(ops, log),
+        "spurious-offset": spurious_offsets(ops, attempts),
+        "ambiguous-error": ambiguous_errors(ops, attempts, fetched),
+        "broker-aborted-read": broker_aborted_reads(fetched, log),
+    }
+    cases["latency"] = latency(traces)
+    cases["fault-impact"] = fault_impact(traces, cases)
+    return cases
+
+
+
+
+
+def fault_phases(traces: DataFrame) -> DataFrame:
+    """When each rule acted: rule, actions, start_ns, end_ns (trace clock), events."""
+    return (
+        traces.where(F.col("rule").isNotNull())
+        .groupBy("rule")
+        .agg(
+            F.array_sort(F.collect_set("action")).alias("actions"),
+            F.min("mono_ns").alias("start_ns"),
+            F.max("mono_ns").alias("end_ns"),
+            F.count(F.lit(1)).alias("events"),
+        )
+        .orderBy("start_ns")
+    )
+
+
+def end_txn_outcomes(traces: DataFrame) -> DataFrame:
+    """Delivered EndTxns by producer and broker-side number: transactional_id, txn_broker, commits, aborts,
+    stale (with a hazard), first delivery (trace clock)."""
+    return (
+        end_txns(traces)
+        .where(F.col("delivered"))
+        .groupBy("transactional_id", "txn_broker")
+        .agg(
+            F.sum(F.col("end_txn_commit").cast("int")).alias("commits"),
+            F.sum((~F.col("end_txn_commit")).cast("int")).alias("aborts"),
+            F.sum(F.col("hazard").isNotNull().cast("int")).alias("stale"),
+            F.min("delivery_ns").alias("delivery_ns"),
+        )
+        .orderBy("delivery_ns")
+    )
+
+__all__ = ["WIRE_ANOMALIES", "clock_offset_ns", "end_txn_outcomes", "fault_phases", "history_sends", "wire_checks"]

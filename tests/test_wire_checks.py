@@ -1,0 +1,128 @@
+"""Every wire anomaly on literal histories and traces, found and not found."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_wire_scenarios import PID, TID, error_scenario, torn_scenario
+
+pytestmark = pytest.mark.spark
+
+
+def _checks(spark, tmp_path, scenario, names=None, **kwargs):
+    from spark.history import load_history
+    from spark.traces import load_traces
+    from spark.wire import wire_checks
+
+    history, traces_dir = scenario.write(tmp_path)
+    cases = wire_checks(load_history(spark, str(history)), load_traces(spark, traces_dir), **kwargs)
+    # Collect only what a test looks at: each collect is a Spark job.
+    return {name: [r.asDict(recursive=True) for r in df.collect()]
+            for name, df in cases.items() if names is None or name in names}
+
+
+def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tmp_path):
+    found = _checks(spark, tmp_path, torn_scenario())
+
+    [torn] = found["torn-transaction"]
+    assert torn["source"] == "history" and torn["index"] == 2 and torn["client_type"] == "fail"
+    assert torn["committed"] == [[7, 2], [7, 3]] and torn["aborted"] == [[7, 1]]
+    assert torn["txn_clients"] == [1] and torn["txn_brokers"] == [1, 2]
+    [stale] = torn["stale_end_txns"]
+    assert (stale["txn_client"], stale["txn_broker"], stale["end_txn_commit"]) == (1, 2, True)
+    assert (stale["conn_id"], stale["correlation_id"], stale["copy"]) == (1, 3, 1)
+    assert (stale["rule"], stale["action"]) == ("torn", "duplicate")
+    assert torn["rules"] == ["torn"]
+
+    [end] = found["stale-end-txn"]
+    assert (end["txn_client"], end["txn_broker"], end["hazard"], end["rule"]) == (1, 2, "stale_end_txn", "torn")
+    assert (end["transactional_id"], end["producer_id"]) == (TID, PID)
+
+    [late] = found["late-produce"]
+    assert late["records"] == [[7, 2], [7, 3]] and late["landed_offsets"] == [2, 3]
+    assert (late["txn_client"], late["txn_broker"], late["rule"]) == (1, 2, "torn")
+
+    [mismatch] = found["client-outcome-mismatch"]
+    assert mismatch["direction"] == "client-fail-wire-committed" and mismatch["index"] == 2
+    assert mismatch["committed"] == [[7, 2], [7, 3]]
+
+    [aborted_read] = found["broker-aborted-read"]
+    assert aborted_read["offsets"] == [0] and aborted_read["records"] == [[7, 1]]
+    assert aborted_read["known_by"] == ["marker"]
+
+    impact = {(r["rule"], r["anomaly"]): r["cases"] for r in found["fault-impact"]}
+    assert impact[("torn", "torn-transaction")] == 1
+    assert impact[("torn", "stale-end-txn")] == 1
+    assert impact[("torn", "late-produce")] == 1
+
+    latency = {r["api"]: r for r in found["latency"]}
+    assert set(latency) == {"produce", "end_txn", "fetch"}
+    assert latency["end_txn"]["responses"] == 3 and latency["end_txn"]["p99_ms"] == 2.0
+
+
+def test_without_the_stale_end_txn_nothing_is_torn(spark, tmp_path):
+    found = _checks(spark, tmp_path, torn_scenario(stale=False, aborted_read=False))
+    for name in ("torn-transaction", "stale-end-txn", "client-outcome-mismatch", "broker-aborted-read",
+                 "spurious-offset", "ambiguous-error"):
+        assert found[name] == [], name
+    # The delayed Produce still slid into a later transaction: that hazard is reported alone.
+    assert len(found["late-produce"]) == 1
+
+
+def test_wire_only_transactions_are_checked_by_their_client_side_number(spark, tmp_path):
+    scenario = torn_scenario()
+    scenario.ops = [op for op in scenario.ops if op["f"] != "txn"]
+    for index, op in enumerate(scenario.ops):
+        op["index"] = index
+    found = _checks(spark, tmp_path, scenario, names={"torn-transaction", "client-outcome-mismatch"})
+    [torn] = found["torn-transaction"]
+    assert torn["source"] == "wire" and torn["index"] is None
+    assert torn["txn_clients"] == [1] and torn["committed"] == [[7, 2], [7, 3]] and torn["aborted"] == [[7, 1]]
+    assert found["client-outcome-mismatch"] == []
+
+
+def test_client_ok_but_wire_aborted_is_a_mismatch(spark, tmp_path):
+    scenario = torn_scenario(stale=False)
+    # The client believed the first transaction committed.
+    fail = next(op for op in scenario.ops if op["type"] == "fail")
+    fail["type"] = "ok"
+    del fail["error"]
+    found = _checks(spark, tmp_path, scenario, names={"client-outcome-mismatch"})
+    [mismatch] = found["client-outcome-mismatch"]
+    assert mismatch["direction"] == "client-ok-wire-aborted"
+    assert mismatch["aborted"] == [[7, 1], [7, 2], [7, 3]]
+
+
+def test_spurious_offset_and_ambiguous_error(spark, tmp_path):
+    found = _checks(spark, tmp_path, error_scenario(client_type="fail"),
+                    names={"spurious-offset", "ambiguous-error", "client-outcome-mismatch"})
+    [spurious] = found["spurious-offset"]
+    assert (spurious["key"], spurious["value"], spurious["client_offset"]) == (8, 1, 0)
+    assert spurious["error_codes"] == [7] and spurious["rules"] == ["err"]
+
+    [ambiguous] = found["ambiguous-error"]
+    assert (ambiguous["key"], ambiguous["value"], ambiguous["topic"]) == (9, 5, "u")
+    assert ambiguous["read_offsets"] == [0] and ambiguous["client_type"] == "fail"
+    [produce] = ambiguous["errored_produces"]
+    assert (produce["outcome"], produce["rule"]) == ("rewritten", "err")
+
+    # A definite failure whose write is in the log is also a client/wire mismatch.
+    [mismatch] = found["client-outcome-mismatch"]
+    assert mismatch["direction"] == "client-fail-wire-committed" and mismatch["committed"] == [[9, 5]]
+
+
+def test_a_successful_retry_is_neither_spurious_nor_ambiguous(spark, tmp_path):
+    scenario = error_scenario(retried=True, client_type="info")
+    # Without a read of key 9 its errored write is not known to have landed.
+    scenario.events = [e for e in scenario.events if e["api"] != "fetch"]
+    found = _checks(spark, tmp_path, scenario, names={"spurious-offset", "ambiguous-error", "client-outcome-mismatch"})
+    assert found["spurious-offset"] == []
+    assert found["ambiguous-error"] == []
+    assert found["client-outcome-mismatch"] == []
+
+
+def test_read_uncommitted_fetches_are_not_aborted_reads(spark, tmp_path):
+    found = _checks(spark, tmp_path, torn_scenario(), names={"broker-aborted-read", "torn-transaction"},
+                    isolation="read_uncommitted")
+    assert found["broker-aborted-read"] == []
+    assert len(found["torn-transaction"]) == 1
