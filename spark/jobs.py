@@ -1,0 +1,158 @@
+"""The analysis job: read a history (and traces), run every check, write
+report.json and report.html.
+
+Run it with `kproxy analyze`, or on a cluster:
+
+    spark-submit --master spark://host:7077 --py-files kproxy.zip \\
+        spark/jobs.py --history H --traces D --out O
+
+It only wires input and output; the checks live in spark.checks and spark.wire.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+if __name__ == "__main__":
+    # spark-submit runs this file as a script, which puts spark/ first on the
+    # path: spark/html.py would then shadow the standard `html` module. Put
+    # the repository root there instead so `spark.*` imports as a package.
+    _here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    sys.path.insert(0, str(Path(_here).parent))
+
+from spark.report import EXIT_INTERNAL, EXIT_USAGE, build_report, exit_code, format_summary, write_json
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+class InputError(Exception):
+    """The history or traces cannot be read (exit code 2)."""
+
+
+def _rows(df) -> list[dict]:  # noqa: ANN001
+    return [r.asDict(recursive=True) for r in df.collect()]
+
+
+def analyze(
+    history_path: str | os.PathLike,
+    traces_dir: str | os.PathLike | None,
+    out_dir: str | os.PathLike,
+    master: str = "local[*]",
+    isolation: str = "auto",
+    progress: Progress = _quiet,
+    spark=None,  # noqa: ANN001 - an existing SparkSession (tests, notebooks)
+) -> dict:
+    """Check the history (and the traces when given); write
+    out_dir/report.json and out_dir/report.html; return the report."""
+    # A URL (hdfs://, s3a://) is Spark's to open; only local paths are checked here.
+    if "://" not in str(history_path) and not Path(history_path).is_file():
+        raise InputError(f"history not found: {history_path}")
+    if traces_dir is not None and not Path(traces_dir).is_dir():
+        raise InputError(f"trace directory not found: {traces_dir}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # Spark is imported here so `--help` and input errors stay fast.
+    from pyspark.sql import functions as F
+
+    from spark.checks import allowed_anomalies, history_checks, summary, summary_counts, unseen_over_time
+    from spark.history import flatten_mops, load_history
+    from spark.report import final_reader, txn_outcomes_over_time
+
+    started = time.monotonic()
+    if spark is None:
+        progress(f"starting Spark ({master})")
+        from spark.session import get_session
+
+        spark = get_session(master)
+    progress(f"reading history {history_path}")
+    ops = load_history(spark, str(history_path)).cache()
+    completed = ops.where(F.col("type") != "invoke").count()
+    if ops.limit(1).count() == 0:
+        raise InputError(f"no operations in {history_path}")
+
+    stats: dict = summary_counts(summary(ops))
+    stats["completed_ops"] = completed
+    stats["history_start_ns"] = ops.agg(F.min("time")).first()[0]
+    stats["final_reads"] = final_reader(ops).count() > 0
+    subscribe = ops.where(F.col("f") == "subscribe").limit(1).count() > 0
+    stats["subscribe"] = subscribe
+    stats["unseen_over_time"] = _rows(unseen_over_time(flatten_mops(ops)).orderBy("time"))
+    stats["txn_outcomes"] = _rows(txn_outcomes_over_time(ops))
+
+    progress("running history checks")
+    history_cases = history_checks(ops)
+
+    wire_cases: dict = {}
+    if traces_dir is not None:
+        from spark.traces import load_traces
+        from spark.wire import clock_offset_ns, end_txn_outcomes, fault_phases, wire_checks
+
+        progress(f"reading traces {traces_dir}")
+        traces = load_traces(spark, traces_dir).cache()
+        stats["trace_events"] = traces.count()
+        offset = clock_offset_ns(ops, traces)
+        stats["trace_clock_offset_ns"] = offset
+        stats["phases"] = [
+            {**p, "start_ns": p["start_ns"] + (offset or 0), "end_ns": p["end_ns"] + (offset or 0)}
+            for p in _rows(fault_phases(traces))
+        ] if offset is not None else []
+        stats["end_txn_outcomes"] = _rows(end_txn_outcomes(traces))
+        progress("running wire checks")
+        wire_cases = wire_checks(ops, traces, isolation)
+
+    progress("collecting cases")
+    report = build_report(history_cases, wire_cases, stats, allowed=allowed_anomalies(subscribe=subscribe))
+    report["stats"]["elapsed_s"] = round(time.monotonic() - started, 3)
+    write_json(report, str(out / "report.json"))
+    progress("rendering report.html")
+    from spark.html import write_html
+
+    write_html(report, str(out / "report.html"))
+    spark.catalog.clearCache()
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """spark-submit entry point; exit codes as `kproxy analyze`."""
+    parser = argparse.ArgumentParser(prog="spark/jobs.py", description="kproxy analysis job")
+    parser.add_argument("--history", required=True, help="client history (JSON Lines)")
+    parser.add_argument("--traces", help="trace directory (*.jsonl / *.parquet)")
+    parser.add_argument("--out", required=True, help="output directory for report.json and report.html")
+    parser.add_argument("--master", default=None,
+                        help="Spark master; default: the one spark-submit set, else local[*]")
+    parser.add_argument("--isolation", default="auto", choices=["auto", "read_committed", "read_uncommitted"])
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    progress = _quiet if args.quiet else (lambda msg: print(f"[analyze] {msg}", file=sys.stderr, flush=True))
+    spark = None
+    if args.master is None:
+        # Under spark-submit the master comes from --master there; keep it.
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("kproxy-analyze").getOrCreate()
+    try:
+        report = analyze(args.history, args.traces, args.out, args.master or "local[*]",
+                         args.isolation, progress, spark=spark)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - the exit code must say "internal error"
+        print(f"internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    print(format_summary(report, args.out))
+    return exit_code(report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
