@@ -30,6 +30,7 @@ INFORMATIONAL = frozenset({
     "late-produce",
     "ambiguous-error",
     "abort-position",
+    "cycle-search-incomplete",
     "int-send-skip",
     "G0",
 })
@@ -77,13 +78,16 @@ def error_names(counts: Mapping[str, int], stats: Mapping[str, Any], allowed: It
 
 def verdict(counts: Mapping[str, int], stats: Mapping[str, Any], allowed: Iterable[str] = ()) -> bool | str:
     """False if any error anomaly is present; "unknown" when nothing could
-    be judged (no completed operation) or writes are unseen without final
-    reads; else True."""
+    be judged (no completed operation), writes are unseen without final
+    reads, or the cycle search was incomplete; else True."""
     if error_names(counts, stats, allowed):
         return False
     if stats.get("completed_ops", 1) == 0:
         return "unknown"
     if counts.get("unseen", 0) > 0 and not stats.get("final_reads"):
+        return "unknown"
+    # The cycle search gave up: G0/G1c were not ruled out.
+    if counts.get("cycle-search-incomplete", 0) > 0:
         return "unknown"
     return True
 

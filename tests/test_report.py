@@ -69,8 +69,10 @@ def test_unseen_counts_only_after_final_reads():
     assert exit_code(without) == EXIT_UNKNOWN
 
 
-def test_an_empty_history_is_unknown():
+def test_an_empty_history_or_an_incomplete_cycle_search_is_unknown():
     assert build_report({"G1a": []}, {}, _stats(completed_ops=0))["valid"] == "unknown"
+    incomplete = build_report({"G1c": [], "cycle-search-incomplete": [{"edges": 3_000_000}]}, {}, _stats())
+    assert incomplete["valid"] == "unknown" and incomplete["errors"] == []
 
 
 def test_terminal_summary_names_each_anomaly_with_an_example():
