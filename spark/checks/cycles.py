@@ -24,9 +24,10 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 from spark.checks.orders import by_index, writer_of
 from spark.history import polled, sends
 
-#: The driver refuses to search a collapsed graph larger than this many edges;
-#: the run then reports ``cycle-search-incomplete`` instead of guessing.
-MAX_EDGES = 300_000
+#: The driver refuses to search a collapsed graph with more distinct edges than
+#: this (about 1 GB of driver memory); the run then reports
+#: ``cycle-search-incomplete`` instead of guessing.
+MAX_EDGES = 2_000_000
 #: Per strongly connected component, how many seed edges are tried when looking
 #: for the shortest cycle of each kind.
 MAX_SEEDS = 32
@@ -183,15 +184,39 @@ def find_cycles(edges: list[tuple]) -> dict[str, list[dict]]:
             record("G1c", cycle, forced_wr=(cycle[0], cycle[1]))
     return found
 
+def _nodes_on_cycles(pairs: list[tuple[int, int]]) -> set[int]:
+    graph = nx.DiGraph(pairs)
+    return {node for component in nx.strongly_connected_components(graph) if len(component) > 1 for node in component}
+
+
 def cycle_checks(spark: SparkSession, mops: DataFrame, vo: DataFrame) -> dict[str, DataFrame]:
-    """``G0`` and ``G1c`` cases; plus ``cycle-search-incomplete`` when the graph exceeds MAX_EDGES."""
-    rows = dependency_edges(mops, vo).limit(MAX_EDGES + 1).collect()
-    if len(rows) > MAX_EDGES:
-        empty = spark.createDataFrame([], CYCLE_SCHEMA)
-        return {
-            "G0": empty,
-            "G1c": empty,
-            "cycle-search-incomplete": spark.createDataFrame([(len(rows), MAX_EDGES)], INCOMPLETE_SCHEMA),
-        }
-    found = find_cycles([tuple(r) for r in rows])
+    """``G0`` and ``G1c`` cases; plus ``cycle-search-incomplete`` when the graph exceeds MAX_EDGES.
+
+    Only the bare (src, dst) pairs travel to the driver first; the explained
+    edges are fetched for the few operations that sit on a cycle at all.
+    """
+    edges = dependency_edges(mops, vo).cache()
+    try:
+        pairs = [tuple(r) for r in edges.select("src", "dst").distinct().limit(MAX_EDGES + 1).collect()]
+        if len(pairs) > MAX_EDGES:
+            empty = spark.createDataFrame([], CYCLE_SCHEMA)
+            return {
+                "G0": empty,
+                "G1c": empty,
+                "cycle-search-incomplete": spark.createDataFrame([(len(pairs), MAX_EDGES)], INCOMPLETE_SCHEMA),
+            }
+        on_cycles = _nodes_on_cycles(pairs)
+        if on_cycles:
+            nodes = F.broadcast(spark.createDataFrame([(n,) for n in sorted(on_cycles)], "op long"))
+            rows = (
+                edges.join(nodes.withColumnRenamed("op", "src"), "src", "left_semi")
+                .join(nodes.withColumnRenamed("op", "dst"), "dst", "left_semi")
+                .select(*EDGE_COLUMNS)
+                .collect()
+            )
+            found = find_cycles([tuple(r) for r in rows])
+        else:
+            found = {"G0": [], "G1c": []}
+    finally:
+        edges.unpersist()
     return {name: spark.createDataFrame(cases, CYCLE_SCHEMA) for name, cases in found.items()}
