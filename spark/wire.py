@@ -1,6 +1,8 @@
 """Wire correlation: set what crossed the proxy beside what the clients believed.
 
 `wire_checks(ops, traces)` returns anomaly name -> cases (a DataFrame each).
+The individual checks take `sent` (history_sends(ops): every completed send
+micro-op) and the trace views of spark.traces, so each is computed once.
 Every case carries `rules`: the fault rules its explanation points at, which
 is what `fault-impact` counts. docs/analysis.md describes each anomaly.
 """
@@ -49,11 +51,11 @@ def history_sends(ops: DataFrame) -> DataFrame:
     )
 
 
-def _sends_with_landings(ops: DataFrame, log: DataFrame) -> DataFrame:
+def _sends_with_landings(sent: DataFrame, log: DataFrame) -> DataFrame:
     """Each completed send joined to where its (key, value) is in the log.
     Values are unique per key, so (key, value) names one write; the create
     mapping, when present, pins it to its topic-partition."""
-    hs = history_sends(ops).select(
+    hs = sent.select(
         "index", "time", "process", "type", "f", "mop_index", "error", "key_topic", "key_partition",
         F.col("key").alias("h_key"), F.col("value").alias("h_value"), F.col("offset").alias("client_offset"),
     )
@@ -89,12 +91,12 @@ def _fate_summary(grouped_by: list[str], rows: DataFrame, extra: list[F.Column])
     )
 
 
-def torn_transactions(ops: DataFrame, log: DataFrame) -> DataFrame:
+def torn_transactions(sent: DataFrame, log: DataFrame) -> DataFrame:
     """Client transactions whose records met different fates (some
     committed, some aborted). A transaction is a history `txn` op; records
     of a transactional producer that no history op claims are grouped by
     the producer's client-side synthetic number instead."""
-    claimed = _sends_with_landings(ops, log).where((F.col("f") == "txn") & F.col("offset").isNotNull())
+    claimed = _sends_with_landings(sent, log).where((F.col("f") == "txn") & F.col("offset").isNotNull())
     by_op = _fate_summary(
         ["index"],
         claimed,
@@ -108,7 +110,7 @@ def torn_transactions(ops: DataFrame, log: DataFrame) -> DataFrame:
         ],
     ).withColumn("source", F.lit("history"))
 
-    history_pairs = history_sends(ops).select(F.col("key").alias("key_long"), F.col("value").alias("value_long"))
+    history_pairs = sent.select(F.col("key").alias("key_long"), F.col("value").alias("value_long"))
     unclaimed = log.join(history_pairs, ["key_long", "value_long"], "left_anti").where(
         F.col("txn_client").isNotNull() & (F.col("txn_id") != "")
     )
@@ -140,11 +142,11 @@ def torn_transactions(ops: DataFrame, log: DataFrame) -> DataFrame:
     ).orderBy(F.col("index").asc_nulls_last(), "transactional_id")
 
 
-def client_outcome_mismatches(ops: DataFrame, log: DataFrame) -> DataFrame:
+def client_outcome_mismatches(sent: DataFrame, log: DataFrame) -> DataFrame:
     """Ops whose client outcome contradicts the wire, both ways:
     `client-fail-wire-committed` (a definite failure or abort whose values
     committed) and `client-ok-wire-aborted` (an ok whose values aborted)."""
-    landed = _sends_with_landings(ops, log).where(
+    landed = _sends_with_landings(sent, log).where(
         F.col("f").isin("send", "txn") & F.col("type").isin("ok", "fail") & F.col("offset").isNotNull()
     )
     summary = _fate_summary(
@@ -187,11 +189,11 @@ def _attempts_by_write(attempts: DataFrame) -> DataFrame:
     )
 
 
-def spurious_offsets(ops: DataFrame, attempts: DataFrame) -> DataFrame:
+def spurious_offsets(sent: DataFrame, attempts: DataFrame) -> DataFrame:
     """Sends the client reported at an offset while every traced Produce of
     that write (`attempts`: spark.traces.produce_attempts) was answered with
     an error."""
-    reported = history_sends(ops).where(F.col("offset").isNotNull() & F.col("type").isin("ok", "info"))
+    reported = sent.where(F.col("offset").isNotNull() & F.col("type").isin("ok", "info"))
     answers = _attempts_by_write(attempts)
     joined = reported.join(
         answers, (reported["key"] == answers["key_long"]) & (reported["value"] == answers["value_long"])
@@ -202,7 +204,7 @@ def spurious_offsets(ops: DataFrame, attempts: DataFrame) -> DataFrame:
     ).orderBy("index", "key")
 
 
-def ambiguous_errors(ops: DataFrame, attempts: DataFrame, fetched: DataFrame) -> DataFrame:
+def ambiguous_errors(sent: DataFrame, attempts: DataFrame, fetched: DataFrame) -> DataFrame:
     """Writes whose every Produce was answered with an error, yet which a
     Fetch (`fetched`: spark.traces.fetched_records) later returned: the
     error did not mean "not written"."""
@@ -210,7 +212,7 @@ def ambiguous_errors(ops: DataFrame, attempts: DataFrame, fetched: DataFrame) ->
     reads = fetched.where(F.col("control").isNull()).groupBy(
         "key_long", "value_long", "topic", "partition"
     ).agg(F.array_sort(F.collect_set("offset")).alias("read_offsets"))
-    client = history_sends(ops).select(
+    client = sent.select(
         F.col("key").alias("key_long"), F.col("value").alias("value_long"),
         F.col("index"), F.col("type").alias("client_type"), F.col("error").alias("client_error"),
     )
@@ -267,7 +269,8 @@ def late_produces(attempts: DataFrame) -> DataFrame:
 
 def broker_aborted_reads(fetched: DataFrame, log: DataFrame) -> DataFrame:
     """read_committed Fetch responses that returned records of aborted
-    transactions (one case per fetch response partition)."""
+    transactions (one case per fetch response partition). When a fault
+    rule rewrote the response, response_rule/response_action name it."""
     fetched = fetched.where(F.col("read_committed") & F.col("control").isNull())
     fates = log.select("topic", "partition", "offset", "fate", "fate_source", "end_rule", "end_hazard")
     aborted = fetched.join(fates, ["topic", "partition", "offset"]).where(F.col("fate") == "aborted")
@@ -282,7 +285,14 @@ def broker_aborted_reads(fetched: DataFrame, log: DataFrame) -> DataFrame:
             F.array_sort(F.collect_set("producer_id")).alias("producer_ids"),
             F.array_sort(F.collect_set("fate_source")).alias("known_by"),
             F.first("last_stable_offset").alias("last_stable_offset"),
-            F.array_sort(F.collect_set(F.when(F.col("end_hazard").isNotNull(), F.col("end_rule")))).alias("rules"),
+            # A rule that rewrote this Fetch response (e.g. dropping its
+            # aborted-transactions list) is the cause, not the broker.
+            F.first("rule", ignorenulls=True).alias("response_rule"),
+            F.first("action", ignorenulls=True).alias("response_action"),
+            F.array_sort(F.array_union(
+                F.collect_set(F.when(F.col("end_hazard").isNotNull(), F.col("end_rule"))),
+                F.collect_set("rule"),
+            )).alias("rules"),
         )
         .orderBy("mono_ns", "conn_id", "correlation_id")
     )
@@ -354,16 +364,17 @@ def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> d
     read_committed fetches (see spark.traces.fetched_records)."""
     # Every check reads these three; caching them keeps each check from
     # re-running the trace flattening and the fate windows.
+    sent = history_sends(ops).cache()
     attempts = produce_attempts(traces).cache()
     fetched = fetched_records(traces, isolation).cache()
     log = landings(traces, isolation, attempts=attempts, fetched=fetched).cache()
     cases: dict[str, DataFrame] = {
-        "torn-transaction": torn_transactions(ops, log),
+        "torn-transaction": torn_transactions(sent, log),
         "stale-end-txn": stale_end_txns(traces),
         "late-produce": late_produces(attempts),
-        "client-outcome-mismatch": client_outcome_mismatches(ops, log),
-        "spurious-offset": spurious_offsets(ops, attempts),
-        "ambiguous-error": ambiguous_errors(ops, attempts, fetched),
+        "client-outcome-mismatch": client_outcome_mismatches(sent, log),
+        "spurious-offset": spurious_offsets(sent, attempts),
+        "ambiguous-error": ambiguous_errors(sent, attempts, fetched),
         "broker-aborted-read": broker_aborted_reads(fetched, log),
     }
     cases["latency"] = latency(traces)
