@@ -54,6 +54,7 @@ INCOMPLETE_SCHEMA = StructType([StructField("edges", LongType()), StructField("m
 
 EDGE_COLUMNS = ["src", "dst", "type", "key", "value", "value2", "src_process", "dst_process"]
 
+
 def dependency_edges(mops: DataFrame, vo: DataFrame) -> DataFrame:
     """The collapsed dependency graph: src, dst, type ('ww'|'wr'), key, value, value2, src_process, dst_process."""
     committed_writes = sends(mops).where(F.col("f").isin("send", "txn") & F.col("type").isin("ok", "info"))
@@ -124,11 +125,13 @@ def dependency_edges(mops: DataFrame, vo: DataFrame) -> DataFrame:
     )
     return wr.unionByName(collapsed).unionByName(into_split).unionByName(out_of_split).select(*EDGE_COLUMNS)
 
+
 def _shortest_path(graph: nx.DiGraph, source: int, target: int) -> list[int] | None:
     try:
         return nx.shortest_path(graph, source, target)
     except nx.NetworkXNoPath:
         return None
+
 
 def _shortest_cycle_through(graph: nx.DiGraph, seeds: list[tuple[int, int]]) -> list[int] | None:
     """Shortest cycle that uses one of the seed edges (u, v): u, v, ..., u."""
@@ -139,6 +142,7 @@ def _shortest_cycle_through(graph: nx.DiGraph, seeds: list[tuple[int, int]]) -> 
             best = [u, *path]
     return best
 
+
 def _steps(graph: nx.DiGraph, cycle: list[int], forced_wr: tuple[int, int] | None) -> list[dict]:
     steps = []
     for a, b in zip(cycle, cycle[1:]):
@@ -147,6 +151,7 @@ def _steps(graph: nx.DiGraph, cycle: list[int], forced_wr: tuple[int, int] | Non
         key, value, value2 = kinds[kind]
         steps.append({"from_index": a, "to_index": b, "type": kind, "key": key, "value": value, "value2": value2})
     return steps
+
 
 def find_cycles(edges: list[tuple]) -> dict[str, list[dict]]:
     """Driver-side search over a small collapsed graph: at most one G0 and one G1c per component."""
@@ -183,6 +188,7 @@ def find_cycles(edges: list[tuple]) -> dict[str, list[dict]]:
         if cycle:
             record("G1c", cycle, forced_wr=(cycle[0], cycle[1]))
     return found
+
 
 def _nodes_on_cycles(pairs: list[tuple[int, int]]) -> set[int]:
     graph = nx.DiGraph(pairs)
