@@ -28,6 +28,10 @@ def get_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", os.environ.get("KPROXY_SPARK_DRIVER_MEMORY", "3g"))
         .config("spark.sql.session.timeZone", "UTC")
+        # Traces carry arbitrary record bytes as text (control records, binary
+        # values): a value that is not a number must read as null, not abort
+        # the job, so casts are lenient.
+        .config("spark.sql.ansi.enabled", "false")
         # Histories are small files read once; no need for Hive or a warehouse dir.
         .config("spark.sql.catalogImplementation", "in-memory")
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "kproxy-spark-warehouse"))
