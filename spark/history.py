@@ -73,31 +73,31 @@ def flatten_mops(ops: DataFrame) -> DataFrame:
             F.posexplode(F.from_json("value", _RAW_ARRAY)).alias("mop_index", "mop_json"),
         )
         .withColumn("parts", F.from_json("mop_json", _RAW_ARRAY))
-        .withColumn("mop", F.col("parts")[0])
+        .withColumn("mop", F.get("parts", 0))
     )
     base = ["index", "time", "process", "type", "f", "mop_index", "mop"]
 
     sends = mops.where(F.col("mop") == "send")
-    send_arg = sends["parts"][2]
+    send_arg = F.get(sends["parts"], 2)
     pair = F.from_json(send_arg, _LONG_ARRAY)
     is_pair = F.trim(send_arg).startswith("[")
     sends = sends.select(
         *base,
-        sends["parts"][1].cast("long").alias("key"),
-        F.when(is_pair, pair[0]).alias("offset"),
-        F.when(is_pair, pair[1]).otherwise(send_arg.cast("long")).alias("value"),
+        F.get(sends["parts"], 1).try_cast("long").alias("key"),
+        F.when(is_pair, F.get(pair, 0)).alias("offset"),
+        F.when(is_pair, F.get(pair, 1)).otherwise(send_arg.try_cast("long")).alias("value"),
         F.lit(0).alias("pos"),
     )
 
     polls = (
         mops.where((F.col("mop") == "poll") & (F.size("parts") > 1))
-        .select(*base, F.explode(F.from_json(F.col("parts")[1], _POLL_MAP)).alias("key_text", "pairs"))
-        .select(*base, F.col("key_text").cast("long").alias("key"), F.posexplode("pairs").alias("pos", "pair"))
+        .select(*base, F.explode(F.from_json(F.get("parts", 1), _POLL_MAP)).alias("key_text", "pairs"))
+        .select(*base, F.col("key_text").try_cast("long").alias("key"), F.posexplode("pairs").alias("pos", "pair"))
         .select(
             *base,
             "key",
-            F.col("pair")[0].alias("offset"),
-            F.col("pair")[1].alias("value"),
+            F.get("pair", 0).alias("offset"),
+            F.get("pair", 1).alias("value"),
             F.col("pos").cast("int").alias("pos"),
         )
     )
@@ -144,9 +144,9 @@ def key_partitions(ops: DataFrame) -> DataFrame:
     """Where each key lives, from ``create`` ops: key, topic, partition, index, time."""
     parts = F.from_json("value", _RAW_ARRAY)
     return ops.where((F.col("f") == "create") & (F.col("type") == "ok")).select(
-        parts[0].cast("long").alias("key"),
+        F.get(parts, 0).try_cast("long").alias("key"),
         F.get_json_object("value", "$[1]").alias("topic"),
-        parts[2].cast("int").alias("partition"),
+        F.get(parts, 2).try_cast("int").alias("partition"),
         "index",
         "time",
     )
