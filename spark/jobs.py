@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         # Under spark-submit the master comes from --master there; keep it.
         from pyspark.sql import SparkSession
 
-        spark = SparkSession.builder.appName("kproxy-analyze").getOrCreate()
+        spark = (SparkSession.builder.appName("kproxy-analyze")
+                 .config("spark.sql.adaptive.enabled", "true").getOrCreate())
+        spark.sparkContext.setLogLevel("WARN")
     try:
         report = analyze(args.history, args.traces, args.out, args.master or "local[*]",
                          args.isolation, progress, spark=spark)

@@ -168,7 +168,11 @@ def client_outcome_mismatches(sent: DataFrame, log: DataFrame) -> DataFrame:
         summary.withColumn("direction", direction)
         .where(F.col("direction").isNotNull())
         .select("index", "time", "process", "f", "client_type", "client_error", "direction",
-                "committed", "aborted", "txn_clients", "txn_brokers", "stale_end_txns", "rules")
+                "committed", "aborted", "txn_clients", "txn_brokers", "stale_end_txns", "rules",
+                F.format_string("op %s (%s %s%s): wire committed %s, aborted %s; rules %s",
+                                "index", "f", "client_type",
+                                F.coalesce(F.concat(F.lit(" "), "client_error"), F.lit("")),
+                                F.to_json("committed"), F.to_json("aborted"), F.to_json("rules")).alias("explanation"))
         .orderBy("index")
     )
 
@@ -201,6 +205,9 @@ def spurious_offsets(sent: DataFrame, attempts: DataFrame) -> DataFrame:
     return joined.where((F.col("any_error") == 1) & (F.col("any_ok") == 0)).select(
         "index", "time", "process", "type", "key", "value", F.col("offset").alias("client_offset"),
         "error_codes", "errored_produces", "rules",
+        F.format_string("op %s reported key %s value %s at offset %s; every Produce of it got error %s; rules %s",
+                        "index", "key", "value", "offset", F.to_json("error_codes"), F.to_json("rules"))
+        .alias("explanation"),
     ).orderBy("index", "key")
 
 
@@ -223,6 +230,9 @@ def ambiguous_errors(sent: DataFrame, attempts: DataFrame, fetched: DataFrame) -
             "index", "client_type", "client_error",
             F.col("key_long").alias("key"), F.col("value_long").alias("value"),
             "topic", "partition", "read_offsets", "error_codes", "errored_produces", "rules",
+            F.format_string("key %s value %s answered with error %s, yet read at %s-%s offset %s; client saw %s",
+                            "key_long", "value_long", F.to_json("error_codes"), "topic", "partition",
+                            F.to_json("read_offsets"), F.coalesce("client_type", F.lit("-"))).alias("explanation"),
         )
         .orderBy("key", "value")
     )
@@ -238,6 +248,11 @@ def stale_end_txns(traces: DataFrame) -> DataFrame:
             F.col("txn_pid").alias("producer_id"), F.col("txn_epoch").alias("producer_epoch"),
             "txn_client", "txn_broker", "end_txn_commit", "hazard", "rule", "action", "outcome",
             "response_error_code", F.array_compact(F.array("rule")).alias("rules"),
+            F.format_string(
+                "EndTxn(%s) of client txn %s delivered in broker txn %s (%s), conn %s corr %s copy %s, rule %s/%s",
+                F.when(F.col("end_txn_commit"), "commit").otherwise("abort"), "txn_client", "txn_broker", "hazard",
+                "conn_id", "correlation_id", "copy", F.coalesce("rule", F.lit("-")), F.coalesce("action", F.lit("-")),
+            ).alias("explanation"),
         )
         .orderBy("mono_ns", "conn_id", "correlation_id", "copy")
     )
@@ -263,6 +278,11 @@ def late_produces(attempts: DataFrame) -> DataFrame:
             F.array_sort(F.collect_set("landed_offset")).alias("landed_offsets"),
         )
         .withColumn("rules", F.array_compact(F.array("rule")))
+        .withColumn("explanation", F.format_string(
+            "Produce %s of client txn %s landed in broker txn %s at offsets %s, conn %s corr %s, rule %s/%s",
+            F.to_json("records"), "txn_client", "txn_broker", F.to_json("landed_offsets"), "conn_id",
+            "correlation_id", F.coalesce("rule", F.lit("-")), F.coalesce("action", F.lit("-")),
+        ))
         .orderBy("mono_ns", "conn_id", "correlation_id", "copy")
     )
 
@@ -294,6 +314,12 @@ def broker_aborted_reads(fetched: DataFrame, log: DataFrame) -> DataFrame:
                 F.collect_set("rule"),
             )).alias("rules"),
         )
+        .withColumn("explanation", F.format_string(
+            "read_committed Fetch (conn %s corr %s) returned %s aborted record(s) of %s-%s at offsets %s (known by %s)%s",
+            "conn_id", "correlation_id", "aborted_records", "topic", "partition", F.to_json("offsets"),
+            F.concat_ws(",", "known_by"),
+            F.coalesce(F.concat(F.lit("; response rewritten by rule "), "response_rule"), F.lit("; broker")),
+        ))
         .orderBy("mono_ns", "conn_id", "correlation_id")
     )
 

@@ -37,6 +37,8 @@ def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tm
     [end] = found["stale-end-txn"]
     assert (end["txn_client"], end["txn_broker"], end["hazard"], end["rule"]) == (1, 2, "stale_end_txn", "torn")
     assert (end["transactional_id"], end["producer_id"]) == (TID, PID)
+    assert end["explanation"] == ("EndTxn(commit) of client txn 1 delivered in broker txn 2 (stale_end_txn),"
+                                  " conn 1 corr 3 copy 1, rule torn/duplicate")
 
     [late] = found["late-produce"]
     assert late["records"] == [[7, 2], [7, 3]] and late["landed_offsets"] == [2, 3]
@@ -49,6 +51,7 @@ def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tm
     [aborted_read] = found["broker-aborted-read"]
     assert aborted_read["offsets"] == [0] and aborted_read["records"] == [[7, 1]]
     assert aborted_read["known_by"] == ["marker"]
+    assert aborted_read["explanation"].endswith("at offsets [0] (known by marker); broker")
 
     impact = {(r["rule"], r["anomaly"]): r["cases"] for r in found["fault-impact"]}
     assert impact[("torn", "torn-transaction")] == 1
