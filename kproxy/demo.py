@@ -37,11 +37,13 @@ class WorkloadProfile:
     concurrency: int = 3
     duration: float = 20.0
     crash_probability: float = 0.0
+    max_txn_length: int = 4
 
 
 # Scenarios whose faults need something other than the default profile.
 PROFILES: dict[str, WorkloadProfile] = {
-    "torn-transaction": WorkloadProfile(abort_probability=0.5),
+    # Longer transactions give the stale commit records on both sides of it.
+    "torn-transaction": WorkloadProfile(abort_probability=0.6, max_txn_length=8),
     "lost-produce-ack": WorkloadProfile(txn=False, abort_probability=0.0),
     "ambiguous-not-leader": WorkloadProfile(txn=False, abort_probability=0.0),
     "spurious-zero-offset": WorkloadProfile(txn=False, abort_probability=0.0),
@@ -105,6 +107,7 @@ def run_demo(
                 txn=profile.txn,
                 abort_probability=profile.abort_probability,
                 crash_probability=profile.crash_probability,
+                max_txn_length=profile.max_txn_length,
             )
             run_workload(config, history, progress=progress)
         finally:

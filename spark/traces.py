@@ -341,6 +341,7 @@ def landings(
         F.col("conn_id").alias("produce_conn_id"),
         F.col("correlation_id").alias("produce_correlation_id"),
         F.col("copy").alias("produce_copy"),
+        F.col("delivery_ns").alias("produce_delivery_ns"),
         F.lit(False).alias("seen_in_fetch"),
     )
     read = fetched.where(F.col("control").isNull()).select(
@@ -396,27 +397,74 @@ def _marker_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame) -> Data
     )
 
 
+def _next_end_txns(log: DataFrame, traces: DataFrame) -> DataFrame:
+    """For each traced transactional record, the first EndTxn of its producer
+    delivered to the broker after the record's Produce: the one the broker
+    applies to it, whatever transaction the client meant that EndTxn for.
+
+    One sort per producer (records and EndTxns on one timeline) instead of a
+    range join. Columns: topic, partition, offset, then END_TXN_ATTRIBUTION
+    prefixed `end_`.
+    """
+    ends = end_txns(traces).where(
+        F.col("delivered")
+        & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
+    )
+    attribution = F.struct(*[F.col(c).alias(c) for c in END_TXN_ATTRIBUTION])
+    records = log.where(F.col("produce_delivery_ns").isNotNull() & F.col("txn_id").isNotNull()).select(
+        *TXN_KEY, "topic", "partition", "offset",
+        F.col("produce_delivery_ns").alias("t"), F.lit(0).alias("kind"), F.lit(None).alias("end"),
+    )
+    end_points = ends.select(
+        *TXN_KEY, F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("long").alias("offset"), F.col("delivery_ns").alias("t"), F.lit(1).alias("kind"),
+        attribution.alias("end"),
+    )
+    timeline = records.unionByName(end_points, allowMissingColumns=True)
+    ahead = Window.partitionBy(*TXN_KEY).orderBy("t", "kind").rowsBetween(Window.currentRow, Window.unboundedFollowing)
+    nxt = timeline.withColumn("next_end", F.first("end", ignorenulls=True).over(ahead)).where(F.col("kind") == 0)
+    return nxt.select(
+        "topic", "partition", "offset", *[F.col(f"next_end.{c}").alias(f"end_{c}") for c in END_TXN_ATTRIBUTION]
+    )
+
+
 def _with_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame, deciders: DataFrame) -> DataFrame:
     marked = log.join(_marker_fates(log, fetched, traces), ["topic", "partition", "offset"], "left")
-    decided = marked.join(
-        deciders,
+    by_order = marked.join(_next_end_txns(log, traces), ["topic", "partition", "offset"], "left")
+    # Records only seen in a Fetch (no traced Produce) fall back to the EndTxn
+    # that ended their broker-side transaction number.
+    decided = by_order.join(
+        deciders.select(
+            *[F.col(f"decided_{c}") for c in (*TXN_KEY, "txn_broker")],
+            *[F.col(f"end_{c}").alias(f"num_end_{c}") for c in END_TXN_ATTRIBUTION],
+        ),
         [F.col(c) == F.col(f"decided_{c}") for c in (*TXN_KEY, "txn_broker")],
         "left",
     ).drop(*[f"decided_{c}" for c in (*TXN_KEY, "txn_broker")])
+    for c in END_TXN_ATTRIBUTION:
+        use_order = F.col("end_end_txn_commit").isNotNull()
+        decided = decided.withColumn(
+            f"end_{c}", F.when(use_order, F.col(f"end_{c}")).otherwise(F.col(f"num_end_{c}"))
+        ).drop(f"num_end_{c}")
     end_fate = F.when(F.col("end_end_txn_commit"), "committed").when(~F.col("end_end_txn_commit"), "aborted")
     transactional = F.coalesce(
         F.col("transactional"), F.col("txn_broker").isNotNull() | (F.col("txn_id") != "")
     )
+    # The EndTxn the broker applied (delivery order) decides a traced record;
+    # the log's markers decide the rest. On a broker that writes a marker for
+    # every transaction both agree; where it does not (a stale EndTxn ended
+    # the transaction early, later records get no marker of their own) the
+    # producer's next marker would belong to a later transaction.
     fate = F.coalesce(
-        F.col("marker_fate"),
         end_fate,
+        F.col("marker_fate"),
         F.when(~transactional, F.lit("committed")),
         F.lit("unknown"),
     )
     return decided.withColumn("fate", fate).withColumn(
         "fate_source",
-        F.when(F.col("marker_fate").isNotNull(), "marker")
-        .when(end_fate.isNotNull(), "end_txn")
+        F.when(end_fate.isNotNull(), "end_txn")
+        .when(F.col("marker_fate").isNotNull(), "marker")
         .when(~transactional, "non-transactional")
         .otherwise(None),
     ).withColumn("key_long", F.col("key").cast("long")).withColumn("value_long", F.col("value").cast("long"))
