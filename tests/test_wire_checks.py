@@ -50,8 +50,9 @@ def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tm
 
     [aborted_read] = found["broker-aborted-read"]
     assert aborted_read["offsets"] == [0] and aborted_read["records"] == [[7, 1]]
-    assert aborted_read["known_by"] == ["marker"]
-    assert aborted_read["explanation"].endswith("at offsets [0] (known by marker); broker")
+    # The traced record is decided by the EndTxn(abort) the broker applied after it.
+    assert aborted_read["known_by"] == ["end_txn"]
+    assert aborted_read["explanation"].endswith("at offsets [0] (known by end_txn); broker")
 
     impact = {(r["rule"], r["anomaly"]): r["cases"] for r in found["fault-impact"]}
     assert impact[("torn", "torn-transaction")] == 1

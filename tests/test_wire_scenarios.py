@@ -200,18 +200,24 @@ def test_load_traces_reads_parquet_too(spark, tmp_path):
     assert traces.where("api = 'end_txn' AND direction = 'request'").count() == 3
 
 
-def test_landings_get_their_fate_from_markers_and_end_txns(spark, tmp_path):
-    from spark.traces import landings, load_traces
+def test_landings_get_their_fate_from_the_applied_end_txn_agreeing_with_markers(spark, tmp_path):
+    from spark.traces import _marker_fates, fetched_records, landings, load_traces
 
     _, traces_dir = torn_scenario().write(tmp_path)
-    log = landings(load_traces(spark, traces_dir)).collect()
+    traces = load_traces(spark, traces_dir)
+    landed = landings(traces)
+    log = landed.collect()
+    # Traced records are decided by the EndTxn delivered after them ...
     fates = {(r.offset, r.value): (r.fate, r.fate_source) for r in log}
     assert fates == {
-        (0, "1"): ("aborted", "marker"),
-        (2, "2"): ("committed", "marker"),
-        (3, "3"): ("committed", "marker"),
-        (5, "4"): ("committed", "marker"),
+        (0, "1"): ("aborted", "end_txn"),
+        (2, "2"): ("committed", "end_txn"),
+        (3, "3"): ("committed", "end_txn"),
+        (5, "4"): ("committed", "end_txn"),
     }
+    # ... and on this log the markers say the same.
+    markers = {r.offset: r.marker_fate for r in _marker_fates(landed, fetched_records(traces), traces).collect()}
+    assert markers == {0: "aborted", 2: "committed", 3: "committed", 5: "committed"}
     # The record's broker-side transaction points at the EndTxn that ended it.
     by_offset = {r.offset: r for r in log}
     assert (by_offset[2].end_txn_client, by_offset[2].end_txn_broker, by_offset[2].end_rule) == (1, 2, "torn")
