@@ -96,7 +96,9 @@ class Inspector:
             self.slow_request_apis = _AllApis()
         else:
             slow = set(apis.TRANSACTIONAL_APIS)
-            slow.update(k for k in apis.API_NAMES if engine.wants(k, "request"))
+            # A response rule acts on the decoded response, so its exchanges
+            # must carry their header through the slow path too.
+            slow.update(k for k in apis.API_NAMES if engine.wants(k, "request") or engine.wants(k, "response"))
             self.slow_request_apis = frozenset(slow)
         for key in apis.API_NAMES:
             if engine.wants(key, "response"):
@@ -482,11 +484,11 @@ class Inspector:
             if changed is not None:
                 response = encode_response(changed, ex.correlation_id)
                 codes = error_codes(changed)
-            elif isinstance(decision, d.DropResponse):
+            elif isinstance(decision, (d.DropResponse, d.Drop)):
+                # A request-side Drop never reaches here (it was not forwarded):
+                # here both mean the response is lost on its way to the client.
                 ex.suppress_response = True
                 ex.outcome = "dropped"
-            elif isinstance(decision, (d.Drop,)) and decision is not ex.decision:
-                ex.suppress_response = True
             # Trace what the client gets, not what the broker sent.
             await self._trace_response(conn, ex, len(response) - 4, codes, changed or decoded, now=now)
         ex.response = response

@@ -1,0 +1,29 @@
+"""A rule on the response direction acts even on APIs that no request rule inspects."""
+
+from __future__ import annotations
+
+from confluent_kafka import Producer
+
+from tests.fixtures.broker import create_topic
+from tests.fixtures.proxy import metric_value
+
+
+def test_response_rule_rewrites_a_plain_produce_response(proxy_factory, tmp_path, topic_name) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: 1\n"
+        "rules:\n"
+        "  - id: ack-says-not-leader\n"
+        "    match: {api: produce, direction: response}\n"
+        "    action: {type: replace_error, error: NOT_LEADER_OR_FOLLOWER}\n"
+        "    limits: {once: true}\n"
+    )
+    proxy = proxy_factory("--rules", str(rules))
+    create_topic(proxy.bootstrap, topic_name)
+    # Not transactional, not idempotent: nothing else takes this Produce off the fast path.
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": False, "acks": 1})
+    producer.produce(topic_name, value=b"x")
+    assert producer.flush(20) == 0  # the client retries the "failed" write and succeeds
+
+    assert metric_value(proxy, "kproxy_faults_applied_total", rule="ack-says-not-leader", action="replace_error") == 1
+    assert metric_value(proxy, "kproxy_response_errors_total", api="produce", error="not_leader_or_follower") == 1
