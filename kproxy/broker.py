@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -54,6 +55,18 @@ def wait_for_port(host: str, port: int, timeout: float) -> None:
             time.sleep(0.05)
 
 
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 5.0) -> int | None:
+    """Ask a child process to stop with `sig`; kill it if it has not within `timeout`."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+    return process.returncode
+
+
 @dataclass
 class EmbeddedBroker:
     """A running Tansu broker process."""
@@ -71,14 +84,7 @@ class EmbeddedBroker:
         return self.process.poll() is None
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout)
+        stop_process(self.process, timeout=timeout)
 
 
 def start_broker(

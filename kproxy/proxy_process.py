@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kproxy.broker import BrokerError, free_port, wait_for_port
+from kproxy.broker import BrokerError, free_port, stop_process, wait_for_port
 
 
 @dataclass
@@ -36,15 +36,8 @@ class ProxyProcess:
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
-        return self.process.returncode
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        return stop_process(self.process, sig, timeout)
 
 
 def start_proxy(
