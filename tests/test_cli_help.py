@@ -49,11 +49,9 @@ def test_cli_docs_are_current(tmp_path: Path) -> None:
 
 
 def test_top_level_help_does_not_import_spark() -> None:
-    code = "import sys; from kproxy.cli import main; main(['--help'])"
-    out = subprocess.run([sys.executable, "-c", code + ""], capture_output=True, text=True)
-    assert "analyze" in out.stdout
     probe = subprocess.run(
         [sys.executable, "-c", "import sys, kproxy.cli\ntry:\n kproxy.cli.main(['--help'])\nexcept SystemExit: pass\nprint('pyspark' in sys.modules)"],
         capture_output=True, text=True,
     )
-    assert probe.stdout.strip().endswith("False")
+    assert "analyze" in probe.stdout  # the commands are listed ...
+    assert probe.stdout.strip().endswith("False")  # ... without importing Spark
