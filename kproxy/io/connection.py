@@ -4,7 +4,9 @@ Data path. The request pump cuts the client's byte stream into frames, reads
 each request header (api, version, correlation id, client id) and, unless
 something needs more, forwards the frames exactly as they arrived, several
 per send. The response pump does the same upstream; responses go back in the
-order the requests arrived, whatever order they were delivered in.
+order the requests arrived, whatever order they were delivered in. A large
+response that nothing needs whole (a Fetch of several MiB) goes cut-through:
+its bytes are sent on as they arrive.
 
 Everything beyond headers (address rewriting, the transaction tracker, fault
 rules, traces) happens in `kproxy.io.inspect`, only for the frames that need
@@ -25,7 +27,7 @@ import trio
 from kproxy.io import net
 from kproxy.io.exchange import Exchange
 from kproxy.obs import metrics
-from kproxy.protocol import apis
+from kproxy.protocol import apis, error_scan
 from kproxy.protocol.codec import DecodeError, parse_request_header
 from kproxy.protocol.framing import FrameBuffer, FrameError
 
@@ -38,6 +40,20 @@ log = logging.getLogger("kproxy.conn")
 _I32 = struct.Struct(">i")
 # How long a half-closed client waits for its outstanding responses.
 DRAIN_TIMEOUT = 30.0
+# Responses at least this large (length prefix included) go cut-through when they may.
+CUT_THROUGH_BYTES = 64 * 1024
+
+
+class CutThrough:
+    """A response frame being forwarded as its bytes arrive."""
+
+    __slots__ = ("ex", "size", "remaining", "scan")
+
+    def __init__(self, ex: Exchange, size: int, scan: error_scan.FetchErrorScan | None) -> None:
+        self.ex = ex
+        self.size = size  # whole frame, prefix included
+        self.remaining = size
+        self.scan = scan  # error codes for the trace, read on the way through
 
 
 class ConnectionClosed(Exception):
@@ -152,6 +168,7 @@ class ClientConnection:
         order = self.order
         in_flight = self.in_flight
         frames_counter = self.proxy.request_frame_counters
+        tracing = self.proxy.trace is not None
         while True:
             try:
                 data = await client.recv(net.RECV_BYTES)
@@ -196,6 +213,8 @@ class ClientConnection:
                         order.append(ex)
                         in_flight[header.correlation_id] = ex
                     ex.sent = now
+                    if tracing:
+                        await inspect.trace_fast_request(self, ex, end - start - 4)
                     continue
                 # Off the fast path: forward what came before untouched, then
                 # let the inspector decide what happens to this frame.
@@ -252,13 +271,7 @@ class ClientConnection:
         assert self.upstream is not None
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
         upstream = self.upstream
-        inspect = self.proxy.inspector
-        in_flight = self.in_flight
-        order = self.order
-        clock = trio.current_time
-        latency = self.proxy.client_latency_histograms
-        response_counters = self.proxy.response_frame_counters
-        inspect_from = inspect.inspect_responses_from
+        cut: CutThrough | None = None
         while True:
             try:
                 data = await upstream.recv(net.RECV_BYTES)
@@ -269,48 +282,129 @@ class ClientConnection:
                     "upstream_closed", f"broker {self.upstream_endpoint} closed the connection"
                 )
             metrics.bytes_.labels("response").inc(len(data))
+            if cut is not None:
+                remaining = cut.remaining
+                if len(data) <= remaining:
+                    await self._cut_forward(cut, data)
+                    if cut.remaining:
+                        continue
+                    data = b""
+                else:
+                    await self._cut_forward(cut, memoryview(data)[:remaining])
+                    data = data[remaining:]
+                await self._cut_finish(cut)
+                cut = None
+                if not data:
+                    continue
             try:
                 block, offsets = frames.feed(data)
             except FrameError as exc:
                 metrics.protocol_errors.labels(exc.reason).inc()
                 raise ConnectionClosed(exc.reason, f"broker sent a bad frame: {exc}") from None
-            if not offsets:
-                continue
-            now = clock()
-            untouched = True  # every frame passes through, in order: send the block as is
-            ends = offsets[1:]
-            ends.append(len(block))
-            for i, (start, end) in enumerate(zip(offsets, ends)):
-                corr = _I32.unpack_from(block, start + 4)[0]
-                ex = in_flight.pop(corr, None)
-                if ex is None:
-                    raise ConnectionClosed(
-                        "upstream_closed", f"broker answered correlation id {corr}, which was never asked"
-                    )
-                counter = response_counters.get(ex.api_key)
-                if counter is None:
-                    counter = self.proxy.response_counter(ex.api_key)
-                counter.inc()
-                if untouched and (i >= len(order) or order[i] is not ex):
-                    untouched = False
-                min_version = inspect_from.get(ex.api_key)
-                if ex.header is None and (min_version is None or ex.api_version < min_version):
-                    ex.response = block[start:end]
-                    hist = latency.get(ex.api_key)
-                    if hist is None:
-                        hist = self.proxy.latency_histogram(ex.api_key)
-                    hist.observe(now - ex.arrived)
-                else:
-                    untouched = False
-                    await inspect.on_response(self, ex, block[start:end], now)
-            if untouched:
-                for _ in offsets:
-                    order.popleft()
-                await self.send_client(block)
-                if not order:
-                    self.drained.set()
+            if offsets:
+                await self._answer_frames(block, offsets)
+            if frames.pending_frame_size >= CUT_THROUGH_BYTES and frames.pending >= 8:
+                cut = await self._cut_start(frames)
+
+    async def _answer_frames(self, block: bytes, offsets: list[int]) -> None:
+        """Route the complete response frames of one read back to the client."""
+        proxy = self.proxy
+        inspect = proxy.inspector
+        in_flight = self.in_flight
+        order = self.order
+        latency = proxy.client_latency_histograms
+        response_counters = proxy.response_frame_counters
+        inspect_from = inspect.inspect_responses_from
+        tracing = proxy.trace is not None
+        now = trio.current_time()
+        untouched = True  # every frame passes through, in order: send the block as is
+        ends = offsets[1:]
+        ends.append(len(block))
+        for i, (start, end) in enumerate(zip(offsets, ends)):
+            corr = _I32.unpack_from(block, start + 4)[0]
+            ex = in_flight.pop(corr, None)
+            if ex is None:
+                raise ConnectionClosed(
+                    "upstream_closed", f"broker answered correlation id {corr}, which was never asked"
+                )
+            counter = response_counters.get(ex.api_key)
+            if counter is None:
+                counter = proxy.response_counter(ex.api_key)
+            counter.inc()
+            if untouched and (i >= len(order) or order[i] is not ex):
+                untouched = False
+            min_version = inspect_from.get(ex.api_key)
+            if ex.header is None and (min_version is None or ex.api_version < min_version):
+                ex.response = block[start:end]
+                hist = latency.get(ex.api_key)
+                if hist is None:
+                    hist = proxy.latency_histogram(ex.api_key)
+                hist.observe(now - ex.arrived)
+                if tracing:
+                    await inspect.trace_fast_response(self, ex, ex.response, now)
             else:
+                untouched = False
+                await inspect.on_response(self, ex, block[start:end], now)
+        if untouched:
+            for _ in offsets:
+                order.popleft()
+            await self.send_client(block)
+            if not order:
+                self.drained.set()
+        else:
+            await self.flush_responses()
+
+    # A large response on the fast path goes to the client as its bytes
+    # arrive instead of after the whole frame: a multi-MiB Fetch response is
+    # then never copied whole, and the client reads it while the broker is
+    # still sending (store-and-forward would add a full transfer time).
+
+    async def _cut_start(self, frames: FrameBuffer) -> CutThrough | None:
+        """Start forwarding the incomplete frame cut-through, if nothing needs it whole."""
+        order = self.order
+        corr = _I32.unpack(frames.peek_pending(8)[4:])[0]
+        ex = self.in_flight.get(corr)
+        if ex is None or ex.header is not None or not order or order[0] is not ex:
+            return None  # inspected, unknown, or behind an unanswered request: wait for it whole
+        proxy = self.proxy
+        min_version = proxy.inspector.inspect_responses_from.get(ex.api_key)
+        if min_version is not None and ex.api_version >= min_version:
+            return None
+        scan = None
+        if proxy.trace is not None:
+            if ex.api_key != apis.FETCH or not error_scan.scannable(ex.api_version):
+                return None  # the trace needs its error codes from the whole frame
+            scan = error_scan.FetchErrorScan(ex.api_version)
+        del self.in_flight[corr]
+        counter = proxy.response_frame_counters.get(ex.api_key) or proxy.response_counter(ex.api_key)
+        counter.inc()
+        cut = CutThrough(ex, frames.pending_frame_size, scan)
+        await self._cut_forward(cut, frames.take_pending())
+        return cut
+
+    async def _cut_forward(self, cut: CutThrough, data: bytes | memoryview) -> None:
+        cut.remaining -= len(data)
+        if cut.scan is not None:
+            cut.scan.feed(data)
+        await self.send_client(data)
+
+    async def _cut_finish(self, cut: CutThrough) -> None:
+        ex = cut.ex
+        now = trio.current_time()
+        proxy = self.proxy
+        ex.response = b""  # already with the client
+        order = self.order
+        if order and order[0] is ex:
+            order.popleft()
+        hist = proxy.client_latency_histograms.get(ex.api_key) or proxy.latency_histogram(ex.api_key)
+        hist.observe(now - ex.arrived)
+        if cut.scan is not None:
+            await proxy.inspector.trace_fast_response(self, ex, None, now, size=cut.size - 4, codes=cut.scan.codes)
+        if order:
+            if order[0].response is not None:
                 await self.flush_responses()
+        else:
+            self.drained.set()
 
     async def flush_responses(self) -> None:
         """Send every response that is ready, in request order."""

@@ -2,8 +2,10 @@
 
 A request comes here when its API needs it: the transactional APIs (for the
 tracker), a transactional Produce, an API some fault rule wants, or every
-request while tracing. A response comes here when it names brokers, caps
-versions, or answers a request that came here.
+request while tracing at level `records`. A response comes here when it names
+brokers, caps versions, or answers a request that came here. Tracing at level
+`headers` leaves the fast path alone: the connection's pumps call
+`trace_fast_request`/`trace_fast_response` for what they forward untouched.
 
 Order of work for a request: decode (only if something needs the body) ->
 number it on the client side -> ask the fault engine -> carry out the
@@ -33,6 +35,7 @@ from kproxy.protocol.codec import (
     response_correlation_id,
 )
 from kproxy.protocol.error_responses import error_response, replace_error_codes
+from kproxy.protocol.error_scan import FetchErrorScan, scannable
 from kproxy.protocol.produce_peek import produce_acks, produce_transactional_id
 from kproxy.protocol.rewrite import ADDRESS_APIS, LEADER_HINT_MIN_VERSION, cap_api_versions, rewrite_addresses
 from kproxy.txn.extract import response_update, txn_requests
@@ -92,7 +95,8 @@ class Inspector:
         responses = {key: 0 for key in ADDRESS_APIS}
         responses[apis.API_VERSIONS] = 0
         responses.update(LEADER_HINT_MIN_VERSION)
-        if self.proxy.trace is not None:
+        if self.proxy.trace_records:
+            # Records need every Produce and Fetch decoded; the rest is cheap beside that.
             self.slow_request_apis = _AllApis()
         else:
             slow = set(apis.TRANSACTIONAL_APIS)
@@ -491,6 +495,10 @@ class Inspector:
                 ex.outcome = "dropped"
             # Trace what the client gets, not what the broker sent.
             await self._trace_response(conn, ex, len(response) - 4, codes, changed or decoded, now=now)
+        elif proxy.trace is not None:  # a fast-path exchange whose response needed rewriting
+            await self.trace_fast_response(
+                conn, ex, response, now, codes=error_codes(decoded) if decoded is not None else None
+            )
         ex.response = response
         proxy.latency_histogram(api_key).observe(now - ex.arrived)
         if ex.sent:
@@ -581,6 +589,38 @@ class Inspector:
             elif ex.api_key == apis.FETCH:
                 event["partitions"] = views.fetch_response_partitions(decoded, proxy.topic_names)
         await proxy.emit_trace(event)
+
+    async def trace_fast_request(self, conn: ClientConnection, ex: Exchange, size: int) -> None:
+        """Trace a request the fast path forwards untouched (tracing at `headers`)."""
+        await self.proxy.emit_trace(self._event(conn, ex, "request", size))
+
+    async def trace_fast_response(
+        self,
+        conn: ClientConnection,
+        ex: Exchange,
+        frame: bytes | None,
+        now: float,
+        *,
+        size: int | None = None,
+        codes: list[int] | None = None,
+    ) -> None:
+        """Trace a response the fast path forwards untouched: its error codes without a full decode.
+
+        Fetch responses are scanned (their records are skipped, not copied);
+        the others are small and decoded. A cut-through response comes with
+        the codes its scan found on the way.
+        """
+        if codes is None:
+            assert frame is not None
+            if ex.api_key == apis.FETCH and scannable(ex.api_version):
+                scan = FetchErrorScan(ex.api_version)
+                scan.feed(frame)
+                codes = scan.codes
+            else:
+                codes = self._decode_response_for_facts(ex, frame)[1]
+        if size is None:
+            size = len(frame) - 4 if frame is not None else 0
+        await self._trace_response(conn, ex, size, codes, None, now=now)
 
     def _event(self, conn: ClientConnection | None, ex: Exchange, direction: str, size: int) -> dict[str, Any]:
         proxy = self.proxy

@@ -55,8 +55,10 @@ MiB = 1024 * 1024
 _PROXY_ID = re.compile(r"^[A-Za-z0-9._]+(?:-[A-Za-z0-9._]+)*$")
 
 # Upper bound on events serialised per write: bounds the worker's memory for
-# one batch independently of queue_size.
-_MAX_BATCH = 4096
+# one batch independently of queue_size, and keeps each stretch the worker
+# holds the GIL short (a write releases it), so the proxy's event loop never
+# waits long behind serialisation.
+_MAX_BATCH = 512
 
 
 class TraceWriterError(RuntimeError):

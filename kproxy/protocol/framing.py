@@ -74,6 +74,22 @@ class FrameBuffer:
         """Bytes of an incomplete frame still waiting for the rest."""
         return len(self._buf)
 
+    @property
+    def pending_frame_size(self) -> int:
+        """Whole size (prefix included) of the incomplete frame, once its prefix is in; else 0."""
+        return self._need if len(self._buf) >= 4 else 0
+
+    def peek_pending(self, n: int) -> bytes:
+        """The first n bytes of the incomplete frame (fewer if fewer arrived)."""
+        return bytes(self._buf[:n])
+
+    def take_pending(self) -> bytes:
+        """Hand over the incomplete frame's bytes so far; the caller forwards the rest itself."""
+        data = bytes(self._buf)
+        self._buf = bytearray()
+        self._need = 0
+        return data
+
     def check_eof(self) -> None:
         """The peer closed: anything left over is a truncated frame."""
         if self._buf:

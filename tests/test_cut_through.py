@@ -1,0 +1,178 @@
+"""Large responses on the fast path reach the client as they arrive (cut-through).
+
+A scripted broker sends a large response in two halves and only sends the
+second half once the client has read the first through the proxy: a proxy
+that waited for the whole frame would stall, so these tests fail on
+store-and-forward. Byte-exactness, the order of the responses behind it, the
+trace's error codes and a real consumer's records are checked too.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from kproxy.broker import free_port
+from kproxy.obs.trace_files import iter_trace_events
+from kproxy.protocol import apis
+from kproxy.protocol.codec import encode_response
+from kproxy.io.connection import CUT_THROUGH_BYTES
+from tests.fixtures.broker import create_topic
+from tests.test_proxy_bad_input import raw_connect, request_frame
+from tests.test_response_rewrite import fetch_response
+
+
+class HalfThenRestBroker:
+    """Answers one client's requests with scripted frames; the first frame's second
+    half waits until `release` is set."""
+
+    def __init__(self, responses: list[bytes], requests_expected: int) -> None:
+        self.responses = responses
+        self.requests_expected = requests_expected
+        self.release = threading.Event()
+        self.port = free_port()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        # The proxy's own broker discovery connects too; only the client's connection is scripted.
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            received = b""
+            while received.count(b"raw") < self.requests_expected:  # every test request carries client id "raw"
+                data = conn.recv(65536)
+                if not data:
+                    return
+                received += data
+            first, *rest = self.responses
+            half = len(first) // 2
+            conn.sendall(first[:half])
+            if not self.release.wait(10):
+                return
+            for i in range(half, len(first), 8192):  # the rest in small pieces
+                conn.sendall(first[i : i + 8192])
+            for frame in rest:
+                conn.sendall(frame)
+            time.sleep(2)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def read_exactly(s: socket.socket, n: int, timeout: float = 10.0) -> bytes:
+    s.settimeout(timeout)
+    out = bytearray()
+    while len(out) < n:
+        data = s.recv(n - len(out))
+        if not data:
+            break
+        out += data
+    return bytes(out)
+
+
+def response_frame(corr: int, body: bytes) -> bytes:
+    payload = struct.pack(">i", corr) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def test_a_large_response_streams_through_byte_exact(proxy_factory) -> None:
+    big = response_frame(1, bytes(range(256)) * (3 * CUT_THROUGH_BYTES // 256))
+    small = response_frame(2, b"small answer")
+    upstream = HalfThenRestBroker([big, small], requests_expected=2)
+    try:
+        proxy = proxy_factory(upstream=f"127.0.0.1:{upstream.port}")
+        s = raw_connect(proxy.bootstrap)
+        # An API key the proxy does not know stays on the fast path, untouched.
+        s.sendall(request_frame(9999, 0, 1, b"a") + request_frame(9999, 0, 2, b"b"))
+        first_half = read_exactly(s, len(big) // 2)
+        assert first_half == big[: len(big) // 2], "the first half did not arrive before the rest was sent"
+        upstream.release.set()
+        rest = read_exactly(s, len(big) - len(big) // 2 + len(small))
+        assert first_half + rest == big + small
+        s.close()
+    finally:
+        upstream.close()
+
+
+def test_traced_fetch_response_keeps_its_error_codes(proxy_factory, tmp_path: Path) -> None:
+    value = fetch_response(
+        12,
+        {
+            "orders": [{"partition_index": 0, "high_watermark": 9, "records": b"r" * (2 * CUT_THROUGH_BYTES)}],
+            "audit": [{"partition_index": 3, "high_watermark": 0, "error_code": _error(6)}],
+        },
+    )
+    big = encode_response(value, 1)
+    upstream = HalfThenRestBroker([big], requests_expected=1)
+    traces = tmp_path / "traces"
+    try:
+        proxy = proxy_factory("--traces", str(traces), "--trace-level", "headers", upstream=f"127.0.0.1:{upstream.port}")
+        s = raw_connect(proxy.bootstrap)
+        s.sendall(request_frame(apis.FETCH, 12, 1, b"\x00", client_id=b"raw"))
+        first_half = read_exactly(s, len(big) // 2)
+        assert first_half == big[: len(big) // 2]
+        upstream.release.set()
+        assert first_half + read_exactly(s, len(big) - len(big) // 2) == big
+        s.close()
+    finally:
+        upstream.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        events = [e for e in iter_trace_events(traces) if e["api"] == "fetch" and e["direction"] == "response"]
+        if events:
+            break
+        time.sleep(0.2)
+    (event,) = events
+    assert event["size"] == len(big) - 4
+    assert event["error_codes"] == [6] and event["error_code"] == 6
+    assert event["latency_ms"] >= 0
+
+
+def _error(code: int):  # noqa: ANN202
+    from kio.schema.errors import ErrorCode
+
+    return ErrorCode(code)
+
+
+def test_real_consumer_reads_large_fetches_through_the_proxy(broker, proxy_factory, topic_name, tmp_path) -> None:
+    create_topic(broker.bootstrap, topic_name)
+    values = [uuid.uuid4().bytes * 64 for _ in range(3000)]  # 1 KiB each: ~3 MiB of Fetch responses
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for v in values:
+        producer.produce(topic_name, value=v)
+    assert producer.flush(30) == 0
+    traces = tmp_path / "traces"
+    proxy = proxy_factory("--traces", str(traces), "--trace-level", "headers")
+    consumer = Consumer({
+        "bootstrap.servers": proxy.bootstrap,
+        "group.id": f"cut-{uuid.uuid4().hex[:6]}",
+        "enable.auto.commit": False,
+        "max.partition.fetch.bytes": 4 * 1048576,
+    })
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < len(values) and time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 0.5):
+            assert msg.error() is None, msg.error()
+            got.append(msg.value())
+    consumer.close()
+    assert got == values
+    proxy.stop()
+    fetches = [e for e in iter_trace_events(traces) if e["api"] == "fetch" and e["direction"] == "response"]
+    assert max(e["size"] for e in fetches) >= CUT_THROUGH_BYTES, "no Fetch response was large enough to stream"
+    assert all(e["error_code"] == 0 for e in fetches)
