@@ -33,6 +33,7 @@ class BenchConfig:
     bootstrap: str | None = None  # None: start the embedded broker
     rounds: int = 3
     batched_records: int = 40_000  # 1 KiB each
+    consume_passes: int = 3  # the consume run reads the batched records this many times
     small_records: int = 40_000  # 100 B each, linger.ms=0
     rate: int = 500  # records/s for the latency run
     latency_seconds: float = 4.0
@@ -144,7 +145,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda _: N
                 results[name].add(
                     "batched_produce", workloads.produce(target, topic, config.batched_records, 1024, 5, 1048576)
                 )
-                results[name].add("consume", workloads.consume(target, topic, config.batched_records))
+                results[name].add("consume", workloads.consume(target, topic, config.batched_records, config.consume_passes))
                 small = workloads.create_topic(target)
                 results[name].add(
                     "unbatched_produce", workloads.produce(target, small, config.small_records, 100, 0, 16384)

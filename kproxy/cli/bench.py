@@ -16,6 +16,8 @@ import click
               help="Rounds; each runs every path (direct first, then proxy, then reversed next round).")
 @click.option("--batched-records", default=40_000, show_default=True, type=click.IntRange(100),
               help="1 KiB records per batched produce run (acks=all, linger.ms=5); the consume run reads them back.")
+@click.option("--consume-passes", default=3, show_default=True, type=click.IntRange(1),
+              help="Times the consume run reads those records from offset 0 (timed from its first record to its last).")
 @click.option("--small-records", default=40_000, show_default=True, type=click.IntRange(100),
               help="100 B records per unbatched produce run (linger.ms=0).")
 @click.option("--rate", default=500, show_default=True, type=click.IntRange(1),
@@ -32,7 +34,7 @@ import click
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep broker/proxy logs and traces here (default: a temporary directory).")
 @click.option("--strict", is_flag=True, help="Exit 1 if any target is missed.")
-def bench(bootstrap, rounds, batched_records, small_records, rate, latency_seconds, trace_levels,  # noqa: ANN001
+def bench(bootstrap, rounds, batched_records, consume_passes, small_records, rate, latency_seconds, trace_levels,  # noqa: ANN001
           no_memory, out, plot, work_dir, strict) -> None:
     """Measure the proxy against a direct connection, side by side in one run.
 
@@ -50,7 +52,8 @@ def bench(bootstrap, rounds, batched_records, small_records, rate, latency_secon
     from kproxy.bench.runner import BenchConfig, run_bench
 
     config = BenchConfig(
-        bootstrap=bootstrap, rounds=rounds, batched_records=batched_records, small_records=small_records,
+        bootstrap=bootstrap, rounds=rounds, batched_records=batched_records, consume_passes=consume_passes,
+        small_records=small_records,
         rate=rate, latency_seconds=latency_seconds, trace_levels=tuple(trace_levels),
         memory_check=not no_memory, work_dir=work_dir,
     )
