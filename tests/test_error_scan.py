@@ -12,7 +12,16 @@ from kio.schema.errors import ErrorCode
 
 from kproxy.protocol import apis
 from kproxy.protocol.codec import decode_response, encode_response, error_codes
-from kproxy.protocol.error_scan import MAX_VERSION, MIN_VERSION, FetchErrorScan, scannable
+from kproxy.protocol.error_scan import (
+    MAX_VERSION,
+    MIN_VERSION,
+    PRODUCE_MAX_VERSION,
+    PRODUCE_MIN_VERSION,
+    FetchErrorScan,
+    produce_error_codes,
+    produce_scannable,
+    scannable,
+)
 from tests.test_codec import kio_values
 
 
@@ -79,3 +88,28 @@ def test_garbage_stops_the_scan_without_raising() -> None:
 def test_scannable_versions() -> None:
     assert scannable(4) and scannable(MAX_VERSION)
     assert not scannable(3) and not scannable(MAX_VERSION + 1)
+
+
+def produce_class(version: int) -> type:
+    return importlib.import_module(f"kio.schema.produce.v{version}.response").ProduceResponse
+
+
+@pytest.mark.parametrize("version", list(range(PRODUCE_MIN_VERSION, PRODUCE_MAX_VERSION + 1)))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_produce_scan_finds_the_error_codes_a_decode_finds(version: int, data: st.DataObject) -> None:
+    frame = encode_response(data.draw(kio_values(produce_class(version))), 3)
+    decoded = decode_response(apis.PRODUCE, version, frame[4:])
+    assert sorted(produce_error_codes(version, frame)) == sorted(error_codes(decoded))
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 13])
+def test_a_truncated_produce_response_is_not_guessed(version: int) -> None:
+    from tests.test_response_rewrite import produce_response
+
+    frame = encode_response(produce_response(version, {"orders": [(0, 6, 5), (1, 0, 9)]}), 3)
+    assert produce_error_codes(version, frame) == [6]
+    for cut in range(8, len(frame) - 1):
+        codes = produce_error_codes(version, frame[:cut])
+        assert codes is None or codes in ([], [6]), cut
+    assert produce_scannable(version) and not produce_scannable(PRODUCE_MAX_VERSION + 1)

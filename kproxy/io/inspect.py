@@ -35,7 +35,7 @@ from kproxy.protocol.codec import (
     response_correlation_id,
 )
 from kproxy.protocol.error_responses import error_response, replace_error_codes
-from kproxy.protocol.error_scan import FetchErrorScan, scannable
+from kproxy.protocol.error_scan import FetchErrorScan, produce_error_codes, produce_scannable, scannable
 from kproxy.protocol.produce_peek import produce_acks, produce_transactional_id
 from kproxy.protocol.rewrite import ADDRESS_APIS, LEADER_HINT_MIN_VERSION, cap_api_versions, rewrite_addresses
 from kproxy.txn.extract import response_update, txn_requests
@@ -606,8 +606,8 @@ class Inspector:
     ) -> None:
         """Trace a response the fast path forwards untouched: its error codes without a full decode.
 
-        Fetch responses are scanned (their records are skipped, not copied);
-        the others are small and decoded. A cut-through response comes with
+        Fetch and Produce responses are scanned (Fetch records are skipped,
+        not copied); the others are rare and decoded. A cut-through response comes with
         the codes its scan found on the way.
         """
         if codes is None:
@@ -616,7 +616,9 @@ class Inspector:
                 scan = FetchErrorScan(ex.api_version)
                 scan.feed(frame)
                 codes = scan.codes
-            else:
+            elif ex.api_key == apis.PRODUCE and produce_scannable(ex.api_version):
+                codes = produce_error_codes(ex.api_version, frame)
+            if codes is None:
                 codes = self._decode_response_for_facts(ex, frame)[1]
         if size is None:
             size = len(frame) - 4 if frame is not None else 0

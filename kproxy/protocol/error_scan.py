@@ -1,4 +1,4 @@
-"""Error codes of a Fetch response, read as its bytes stream past.
+"""Error codes of Fetch and Produce responses without decoding them.
 
 The trace at level `headers` wants each response's error codes. Decoding a
 Fetch response for them would copy every record batch; a Fetch response
@@ -11,6 +11,10 @@ The walk is a generator that yields how many bytes it wants next: a positive
 n to read n bytes (sent back into it), a negative n to skip n bytes. The
 scanner is never fatal: on a structure it cannot follow it stops and keeps
 what it found (the response itself is forwarded untouched either way).
+
+Produce responses are small and always whole: `produce_error_codes` walks
+one in place, a few times faster than a kio decode, which matters at tens of
+thousands of small Produce requests a second.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ MIN_VERSION = 4
 MAX_VERSION = 18
 _FLEXIBLE_FROM = 12
 _TOPIC_ID_FROM = 13
+# The same for Produce.
+PRODUCE_MIN_VERSION = 3
+PRODUCE_MAX_VERSION = 13
+_PRODUCE_FLEXIBLE_FROM = 9
 
 
 def _i16(b: bytes) -> int:
@@ -154,3 +162,85 @@ class FetchErrorScan:
 
 def scannable(version: int) -> bool:
     return MIN_VERSION <= version <= MAX_VERSION
+
+
+def produce_scannable(version: int) -> bool:
+    return PRODUCE_MIN_VERSION <= version <= PRODUCE_MAX_VERSION
+
+
+class _Cursor:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data = data
+        self.pos = pos
+
+    def int_(self, size: int) -> int:
+        end = self.pos + size
+        if end > len(self.data):
+            raise IndexError("past the end of the frame")
+        value = int.from_bytes(self.data[self.pos : end], "big", signed=True)
+        self.pos = end
+        return value
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 35:
+                raise ValueError("varint too long")
+
+    def skip(self, size: int) -> None:
+        self.pos += size
+        if self.pos > len(self.data):
+            raise IndexError("past the end of the frame")
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.skip(self.uvarint())
+
+    def length(self, flexible: bool, width: int) -> int:
+        """Array count or string length (-1 for null) in either encoding."""
+        return self.uvarint() - 1 if flexible else self.int_(width)
+
+
+def produce_error_codes(version: int, frame: bytes) -> list[int] | None:
+    """Distinct non-zero error codes of a whole Produce response frame (prefix included).
+
+    None when the frame does not follow the schema; the caller then decodes it.
+    """
+    codes: list[int] = []
+    flexible = version >= _PRODUCE_FLEXIBLE_FROM
+    cur = _Cursor(frame, 8)  # length prefix, correlation id
+    try:
+        if flexible:
+            cur.skip_tagged_fields()
+        for _ in range(max(0, cur.length(flexible, 4))):
+            if version >= 13:
+                cur.skip(16)  # topic_id
+            else:
+                cur.skip(max(0, cur.length(flexible, 2)))  # name
+            for _ in range(max(0, cur.length(flexible, 4))):
+                cur.skip(4)  # index
+                _note(codes, cur.int_(2))
+                cur.skip(16 if version < 5 else 24)  # base offset, log append time[, log start offset]
+                if version >= 8:
+                    for _ in range(max(0, cur.length(flexible, 4))):  # record errors
+                        cur.skip(4)
+                        cur.skip(max(0, cur.length(flexible, 2)))
+                        if flexible:
+                            cur.skip_tagged_fields()
+                    cur.skip(max(0, cur.length(flexible, 2)))  # error message
+                if flexible:
+                    cur.skip_tagged_fields()
+            if flexible:
+                cur.skip_tagged_fields()
+    except (IndexError, ValueError):
+        return None
+    return codes
