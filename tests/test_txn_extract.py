@@ -20,8 +20,6 @@ import uuid
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
@@ -30,10 +28,10 @@ from kproxy.txn import (
     ResponseUpdate,
     TxnRequest,
     TxnTracker,
-    peek_produce_transactional_id,
     response_update,
     txn_requests,
 )
+from kproxy.protocol.produce_peek import produce_transactional_id
 from kproxy.txn.extract import batch_producer
 
 TIMEOUT = datetime.timedelta(seconds=30)
@@ -289,35 +287,6 @@ def test_txn_offset_commit_response_error() -> None:
     assert response_update(28, TxnRequest("txn_offset_commit", "tx-a", 5, 2), payload) == ResponseUpdate(48)
 
 
-# --- the cheap Produce peek ---------------------------------------------------------
-
-transactional_ids = st.one_of(st.none(), st.text(min_size=0, max_size=300))
-
-
-@settings(max_examples=150, deadline=None)
-@given(version=st.integers(min_value=3, max_value=13), transactional_id=transactional_ids,
-       with_records=st.booleans())
-def test_peek_agrees_with_kio_decoder(version: int, transactional_id: str | None, with_records: bool) -> None:
-    request = produce_request(version, transactional_id, record_batch(1, 0) if with_records else None)
-    body = encode(request)
-    decoded, _ = entity_reader(type(request))(body, 0)
-    assert peek_produce_transactional_id(body, version) == decoded.transactional_id
-    assert peek_produce_transactional_id(memoryview(body), version) == decoded.transactional_id
-
-
-def test_peek_before_v3_has_no_transactional_id() -> None:
-    assert peek_produce_transactional_id(b"\x00\x01", 2) is None
-
-
-@pytest.mark.parametrize(
-    ("body", "version"),
-    [(b"", 3), (b"\x00", 8), (b"\x00\x05ab", 3), (b"", 9), (b"\x80\x80\x80\x80\x80\x01", 9), (b"\x06ab", 9)],
-)
-def test_peek_rejects_truncated_fields(body: bytes, version: int) -> None:
-    with pytest.raises(ValueError):
-        peek_produce_transactional_id(body, version)
-
-
 # --- real client bytes ----------------------------------------------------------------
 
 
@@ -425,8 +394,7 @@ def decoded_txn_traffic(relay: RecordingRelay) -> list[tuple[int, Any, TxnReques
     for connection, payload in relay.requests:
         header = parse_request_header(payload)
         if header.api_key == 0:
-            body = payload[header.body_offset :]
-            assert peek_produce_transactional_id(body, header.api_version) == "real-tx"
+            assert produce_transactional_id(payload, 0, header) == "real-tx"
         for req in txn_requests(header.api_key, decode_request(header, payload)):
             raw = relay.responses[(connection, header.correlation_id)]
             response = decode_response(header.api_key, header.api_version, raw)

@@ -1,7 +1,7 @@
 """Sans-IO transaction tracker: synthetic transaction numbers and hazards."""
 
 from kproxy.txn.events import Delivery, Hazard, ResponseUpdate, TxnRequest
-from kproxy.txn.extract import peek_produce_transactional_id, response_update, txn_requests
+from kproxy.txn.extract import response_update, txn_requests
 from kproxy.txn.tracker import TrackerStats, TxnTracker
 
 __all__ = [
@@ -11,7 +11,6 @@ __all__ = [
     "TrackerStats",
     "TxnRequest",
     "TxnTracker",
-    "peek_produce_transactional_id",
     "response_update",
     "txn_requests",
 ]

@@ -1,8 +1,8 @@
 """Turn decoded kio requests and responses into the tracker's vocabulary.
 
-The shell decodes only what it must. For Produce, the commonest request by
-far, `peek_produce_transactional_id` reads the leading transactional id
-straight from the body so that non-transactional traffic is never decoded.
+The shell decodes only what it must: non-transactional Produce requests, the
+commonest by far, are told apart without decoding by
+kproxy.protocol.produce_peek and never reach here.
 """
 
 from __future__ import annotations
@@ -49,46 +49,6 @@ _BATCH_MAGIC = 16
 _BATCH_PRODUCER_ID = 43
 _BATCH_PRODUCER_EPOCH = 51
 _BATCH_HEADER_END = 53
-
-
-def peek_produce_transactional_id(body: bytes | memoryview, api_version: int) -> str | None:
-    """The transactional id of a Produce request body (after the request header).
-
-    Reads only the first field. Produce v0-v2 have no transactional id;
-    v3-v8 use a nullable int16-length string; v9+ (flexible) a compact
-    nullable string whose unsigned varint length is stored plus one.
-    Raises ValueError on a truncated or malformed field.
-    """
-    if api_version < 3:
-        return None
-    if api_version < 9:
-        if len(body) < 2:
-            raise ValueError("Produce body too short for the transactional id length")
-        length = int.from_bytes(body[0:2], "big", signed=True)
-        if length < 0:
-            return None
-        start = 2
-    else:
-        stored, start = _read_uvarint(body)
-        if stored == 0:
-            return None
-        length = stored - 1
-    end = start + length
-    if end > len(body):
-        raise ValueError("Produce transactional id runs past the end of the body")
-    return bytes(body[start:end]).decode("utf-8")
-
-
-def _read_uvarint(body: bytes | memoryview) -> tuple[int, int]:
-    value = 0
-    shift = 0
-    for position in range(min(len(body), 5)):
-        byte = body[position]
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, position + 1
-        shift += 7
-    raise ValueError("Produce transactional id length is not a valid unsigned varint")
 
 
 def txn_requests(api_key: int, payload: Any) -> tuple[TxnRequest, ...]:
