@@ -217,16 +217,17 @@ class Inspector:
             ex.outcome = "answered"
             await self._answer_with_error(conn, ex, decision.error_code)
         elif isinstance(decision, d.Disconnect):
-            ex.outcome = "dropped" if decision.when == "before" else "delivered"
             if decision.when == "after":
                 await self.deliver(conn, ex)
+                if ex.expects_response:
+                    # Cut when the broker's answer is in (on_response): the request
+                    # has then surely been applied, and the answer surely lost.
+                    return
+                self._disconnect(conn, decision, "after forwarding")
             else:
+                ex.outcome = "dropped"
                 await self._trace_request(conn, ex)
-            reason = f"fault rule {decision.rule_id!r} disconnected the {decision.side} side {decision.when} forwarding"
-            if decision.side == "upstream":
-                conn.drop_upstream(reason)
-            else:
-                conn.close("fault_disconnect", reason)
+                self._disconnect(conn, decision, "before forwarding")
         elif isinstance(decision, d.Hold):
             conn.track(ex)
             ex.outcome = "held"
@@ -235,6 +236,14 @@ class Inspector:
             proxy.nursery.start_soon(self._hold_task, held)
         else:  # pragma: no cover - the engine only returns the decisions above
             raise AssertionError(f"unknown decision {decision!r}")
+
+    @staticmethod
+    def _disconnect(conn: ClientConnection, decision: Any, moment: str) -> None:
+        reason = f"fault rule {decision.rule_id!r} disconnected the {decision.side} side {moment}"
+        if decision.side == "upstream":
+            conn.drop_upstream(reason)
+        else:
+            conn.close("fault_disconnect", reason)
 
     async def _answer_with_error(self, conn: ClientConnection, ex: Exchange, error_code: int) -> None:
         if not ex.expects_response:  # acks=0: a broker would not answer either
@@ -488,9 +497,10 @@ class Inspector:
             if changed is not None:
                 response = encode_response(changed, ex.correlation_id)
                 codes = error_codes(changed)
-            elif isinstance(decision, (d.DropResponse, d.Drop)):
+            elif isinstance(decision, (d.DropResponse, d.Drop, d.Disconnect)):
                 # A request-side Drop never reaches here (it was not forwarded):
-                # here both mean the response is lost on its way to the client.
+                # here all three mean the response is lost on its way to the
+                # client (a Disconnect then also cuts the connection, below).
                 ex.suppress_response = True
                 ex.outcome = "dropped"
             # Trace what the client gets, not what the broker sent.
@@ -500,6 +510,8 @@ class Inspector:
                 conn, ex, response, now, codes=error_codes(decoded) if decoded is not None else None
             )
         ex.response = response
+        if isinstance(decision, d.Disconnect) and ex.header is not None:
+            self._disconnect(conn, decision, "instead of passing on the broker's answer")
         proxy.latency_histogram(api_key).observe(now - ex.arrived)
         if ex.sent:
             metrics.upstream_latency.labels(apis.api_name(api_key)).observe(now - ex.sent)
