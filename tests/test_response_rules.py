@@ -27,3 +27,35 @@ def test_response_rule_rewrites_a_plain_produce_response(proxy_factory, tmp_path
 
     assert metric_value(proxy, "kproxy_faults_applied_total", rule="ack-says-not-leader", action="replace_error") == 1
     assert metric_value(proxy, "kproxy_response_errors_total", api="produce", error="not_leader_or_follower") == 1
+
+
+def test_response_side_disconnect_loses_the_ack_after_the_write(proxy_factory, tmp_path, topic_name) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "version: 1\n"
+        "rules:\n"
+        "  - id: cut-after-write\n"
+        "    match: {api: produce, direction: response}\n"
+        "    action: {type: disconnect}\n"
+        "    limits: {once: true}\n"
+    )
+    proxy = proxy_factory("--rules", str(rules))
+    create_topic(proxy.bootstrap, topic_name)
+    # No idempotence: the retry after the cut writes the record a second time.
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": False, "acks": 1})
+    producer.produce(topic_name, value=b"x")
+    assert producer.flush(20) == 0
+    assert metric_value(proxy, "kproxy_faults_applied_total", rule="cut-after-write", action="disconnect") == 1
+    assert metric_value(proxy, "kproxy_connections_closed_total", side="client", reason="fault_disconnect") == 1
+
+    consumer = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": topic_name, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    seen = []
+    for _ in range(20):
+        seen += [m.value() for m in consumer.consume(10, 0.5) if m.error() is None]
+        if len(seen) >= 2:
+            break
+    consumer.close()
+    assert seen == [b"x", b"x"], "the first write landed before its connection was cut"
