@@ -182,6 +182,25 @@ async def test_unserialisable_event_is_counted_not_fatal(tmp_path: Path) -> None
     assert trace_events_total("dropped") - dropped_before == 1
 
 
+async def test_deferred_events_are_built_on_the_writer_thread_in_order(tmp_path: Path) -> None:
+    built_on: list[str] = []
+
+    def build(i: int) -> dict:
+        built_on.append(threading.current_thread().name)
+        return header_event(i)
+
+    def broken(i: int) -> dict:
+        raise KeyError(i)
+
+    dropped_before = trace_events_total("dropped")
+    writer = TraceWriter(tmp_path, proxy_id="lazy")
+    await write_all(writer, [(build, 0), header_event(1), (broken, 2), (build, 3)])
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == [0, 1, 3]
+    assert built_on and threading.main_thread().name not in built_on
+    assert writer.unwritable == 1
+    assert trace_events_total("dropped") - dropped_before == 1
+
+
 # ---- rotation ----------------------------------------------------------------
 
 

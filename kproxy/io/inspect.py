@@ -602,9 +602,20 @@ class Inspector:
                 event["partitions"] = views.fetch_response_partitions(decoded, proxy.topic_names)
         await proxy.emit_trace(event)
 
+    # Events for the fast path are handed to the trace writer as a tuple
+    # (builder, args...) and built on its thread: the data path pays for a
+    # tuple, not for a 30-field dict and an error-code walk. Everything the
+    # builder reads is fixed by then (a fast-path exchange never changes).
+    # Small frames travel along for their error codes; a Fetch frame is
+    # scanned here, so no large frame waits in the trace queue.
+    _DEFER_FRAME_BYTES = 4096
+
     async def trace_fast_request(self, conn: ClientConnection, ex: Exchange, size: int) -> None:
         """Trace a request the fast path forwards untouched (tracing at `headers`)."""
-        await self.proxy.emit_trace(self._event(conn, ex, "request", size))
+        proxy = self.proxy
+        await proxy.emit_trace(
+            (self._fast_event, conn, ex, "request", size, None, None, 0.0, proxy.wall_clock(), proxy.mono_ns())
+        )
 
     async def trace_fast_response(
         self,
@@ -616,34 +627,60 @@ class Inspector:
         size: int | None = None,
         codes: list[int] | None = None,
     ) -> None:
-        """Trace a response the fast path forwards untouched: its error codes without a full decode.
+        """Trace a response the fast path forwards untouched, with its error codes.
 
-        Fetch and Produce responses are scanned (Fetch records are skipped,
-        not copied); the others are rare and decoded. A cut-through response comes with
-        the codes its scan found on the way.
+        A cut-through response comes with the codes its scan found on the
+        way; for the others see `_response_error_codes`.
         """
-        if codes is None:
-            assert frame is not None
-            if ex.api_key == apis.FETCH and scannable(ex.api_version):
-                scan = FetchErrorScan(ex.api_version)
-                scan.feed(frame)
-                codes = scan.codes
-            elif ex.api_key == apis.PRODUCE and produce_scannable(ex.api_version):
-                codes = produce_error_codes(ex.api_version, frame)
-            if codes is None:
-                codes = self._decode_response_for_facts(ex, frame)[1]
+        proxy = self.proxy
         if size is None:
             size = len(frame) - 4 if frame is not None else 0
-        await self._trace_response(conn, ex, size, codes, None, now=now)
+        if codes is None and frame is not None and (ex.api_key == apis.FETCH or len(frame) > self._DEFER_FRAME_BYTES):
+            codes = self._response_error_codes(ex, frame)
+            frame = None
+        await proxy.emit_trace(
+            (self._fast_event, conn, ex, "response", size, frame, codes, now, proxy.wall_clock(), proxy.mono_ns())
+        )
 
-    def _event(self, conn: ClientConnection | None, ex: Exchange, direction: str, size: int) -> dict[str, Any]:
+    def _fast_event(
+        self, conn: ClientConnection, ex: Exchange, direction: str, size: int,
+        frame: bytes | None, codes: list[int] | None, now: float, wall: float, mono: int,
+    ) -> dict[str, Any]:
+        """Build a fast-path trace event (called on the trace writer's thread)."""
+        event = self._event(conn, ex, direction, size, wall, mono)
+        if direction == "response":
+            if codes is None:
+                codes = self._response_error_codes(ex, frame) if frame is not None else []
+            event["latency_ms"] = (now - ex.arrived) * 1000.0
+            event["upstream_latency_ms"] = (now - ex.sent) * 1000.0 if ex.sent else None
+            event["error_code"] = codes[0] if codes else 0
+            event["error_codes"] = codes
+        return event
+
+    def _response_error_codes(self, ex: Exchange, frame: bytes) -> list[int]:
+        """Error codes without a kio decode where a scan knows the API (Fetch records are skipped, not copied)."""
+        codes = None
+        if ex.api_key == apis.FETCH and scannable(ex.api_version):
+            scan = FetchErrorScan(ex.api_version)
+            scan.feed(frame)
+            codes = scan.codes
+        elif ex.api_key == apis.PRODUCE and produce_scannable(ex.api_version):
+            codes = produce_error_codes(ex.api_version, frame)
+        if codes is None:
+            codes = self._decode_response_for_facts(ex, frame)[1]
+        return codes
+
+    def _event(
+        self, conn: ClientConnection | None, ex: Exchange, direction: str, size: int,
+        wall: float | None = None, mono: int | None = None,
+    ) -> dict[str, Any]:
         proxy = self.proxy
         txn = ex.txn[0] if ex.txn else None
         decision = ex.decision
         hazard = ex.hazard
         return {
-            "wall_time": proxy.wall_clock(),
-            "mono_ns": proxy.mono_ns(),
+            "wall_time": proxy.wall_clock() if wall is None else wall,
+            "mono_ns": proxy.mono_ns() if mono is None else mono,
             "proxy_id": proxy.config.proxy_id,
             "conn_id": conn.conn_id if conn is not None else -1,
             "client_addr": conn.client_addr if conn is not None else None,

@@ -1,8 +1,10 @@
 """The trace writer: takes trace events from the proxy and writes them to rotating files.
 
 Threading model. The proxy builds each event as a plain dict (field names from
-kproxy.obs.trace_schema) on the trio thread, on its per-frame hot path, and
-hands it over with `offer()`. Handing over is a length check and a
+kproxy.obs.trace_schema) on the trio thread, or, for frames its fast path
+forwards untouched, hands over a tuple `(builder, *args)` that the worker
+turns into that dict (so the data path does not pay for it), and hands it
+over with `offer()`. Handing over is a length check and a
 `deque.append` (thread-safe in CPython for one producer and one consumer), so
 it costs well under a microsecond and never touches the disk. A plain
 `threading.Thread` owned by the writer wakes every `flush_interval` seconds
@@ -311,7 +313,7 @@ class TraceWriter:
 
     # ---- trio side -------------------------------------------------------
 
-    def offer(self, event: dict) -> bool:
+    def offer(self, event: dict | tuple) -> bool:
         """Hand an event over without blocking.
 
         Returns False only when the caller must `await put(event)`: in block
@@ -340,7 +342,7 @@ class TraceWriter:
             return True
         return False
 
-    async def put(self, event: dict) -> None:
+    async def put(self, event: dict | tuple) -> None:
         """Wait for room in the queue, then hand the event over (block mode's slow path)."""
         started = trio.current_time()
         try:
@@ -463,6 +465,10 @@ class TraceWriter:
             batch = []
             for _ in range(min(len(queue), _MAX_BATCH)):
                 event = queue.popleft()
+                if type(event) is tuple:
+                    event = self._build(event)
+                    if event is None:
+                        continue
                 if "schema_version" not in event:
                     event["schema_version"] = SCHEMA_VERSION
                 if "proxy_id" not in event:
@@ -479,6 +485,16 @@ class TraceWriter:
             if self._room_wanted:
                 self._room_wanted = False
                 self._call_soon_on_trio(self._room_available)
+
+    def _build(self, deferred: tuple) -> dict | None:
+        """Build a deferred event: (builder, *args) handed over by the data path."""
+        try:
+            return deferred[0](*deferred[1:])
+        except Exception:  # noqa: BLE001 - one bad event must not stop the writer
+            log.exception("trace event dropped: building it failed")
+            self.unwritable += 1
+            metrics.trace_events.labels("dropped").inc()
+            return None
 
     def _call_soon_on_trio(self, fn: Any) -> None:
         if self._token is None:
