@@ -53,11 +53,35 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def collect_cases(cases: Any, limit: int = MAX_CASES) -> tuple[list[dict], int]:
-    """(first `limit` cases as dicts, total count) from a DataFrame or an iterable."""
+def describe_jobs(frame: Any, text: str | None) -> None:
+    """Label the Spark jobs that follow (Spark UI, event log) with what they
+    compute, so a slow check can be told from the others."""
+    context = getattr(getattr(frame, "sparkSession", None), "sparkContext", None)
+    if context is not None:
+        context.setJobDescription(text)
+
+
+def collect_cases(cases: Any, limit: int = MAX_CASES, cached: list | None = None) -> tuple[list[dict], int]:
+    """(first `limit` cases as dicts, total count) from a DataFrame or an iterable.
+
+    A DataFrame is cached while it is read: the count runs the check's whole
+    plan once and fills the cache, so taking the first cases only reads the
+    cache instead of running the plan a second time. With ``cached`` (a
+    list) the DataFrame stays cached and is appended there for the caller
+    to unpersist, so later plans built on it (fault-impact reads every
+    wire check's cases) reuse it; without, it is released at once.
+    """
     if hasattr(cases, "limit") and hasattr(cases, "count"):
-        total = cases.count()
-        return [_plain(r) for r in cases.limit(limit).collect()], total
+        frame = cases.persist()
+        try:
+            total = frame.count()
+            rows = frame.limit(limit).collect() if total else []
+        finally:
+            if cached is None:
+                frame.unpersist()
+            else:
+                cached.append(frame)
+        return [_plain(r) for r in rows], total
     rows = list(cases) if isinstance(cases, Iterable) else []
     return [_plain(r) for r in rows[:limit]], len(rows)
 
@@ -109,15 +133,21 @@ def build_report(
     anomalies: dict[str, list[dict]] = {}
     counts: dict[str, int] = {}
     out_stats: dict[str, Any] = {k: _plain(v) for k, v in stats.items()}
-    for source in (history_cases, wire_cases):
-        for name, cases in source.items():
-            rows, total = collect_cases(cases, max_cases if name not in STATS_TABLES else 10_000)
-            if name in STATS_TABLES:
-                out_stats[STATS_TABLES[name]] = rows
-                continue
-            counts[name] = total
-            if total:
-                anomalies[name] = rows
+    cached: list = []
+    try:
+        for source in (history_cases, wire_cases):
+            for name, cases in source.items():
+                describe_jobs(cases, f"cases of {name}")
+                rows, total = collect_cases(cases, max_cases if name not in STATS_TABLES else 10_000, cached)
+                if name in STATS_TABLES:
+                    out_stats[STATS_TABLES[name]] = rows
+                    continue
+                counts[name] = total
+                if total:
+                    anomalies[name] = rows
+    finally:
+        for frame in cached:
+            frame.unpersist()
     allowed = set(allowed)
     errors = error_names(counts, out_stats, allowed)
     present = sorted(name for name, n in counts.items() if n > 0)
