@@ -26,7 +26,7 @@ if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
     sys.path.insert(0, str(Path(_here).parent))
 
-from spark.report import EXIT_INTERNAL, EXIT_USAGE, build_report, exit_code, format_summary, write_json
+from spark.report import EXIT_INTERNAL, EXIT_USAGE, build_report, describe_jobs, exit_code, format_summary, write_json
 
 Progress = Callable[[str], None]
 
@@ -77,20 +77,33 @@ def analyze(
         spark = get_session(master)
     progress(f"reading history {history_path}")
     ops = load_history(spark, str(history_path)).cache()
-    completed = ops.where(F.col("type") != "invoke").count()
-    if ops.limit(1).count() == 0:
+    describe_jobs(ops, "reading history")
+    # One pass for the numbers every later step needs (each action is a job).
+    totals = ops.agg(
+        F.count(F.lit(1)).alias("ops"),
+        F.count(F.when(F.col("type") != "invoke", 1)).alias("completed"),
+        F.min("time").alias("start"),
+        F.max((F.col("f") == "subscribe").cast("int")).alias("subscribe"),
+    ).first()
+    if not totals["ops"]:
         raise InputError(f"no operations in {history_path}")
+    completed = totals["completed"]
+    # The summary, the unseen series, the history checks and the wire
+    # checks all flatten the micro-ops; cached once here, each of them finds
+    # this copy by its plan.
+    flatten_mops(ops).cache()
 
     stats: dict = summary_counts(summary(ops))
     stats["completed_ops"] = completed
-    stats["history_start_ns"] = ops.agg(F.min("time")).first()[0]
+    stats["history_start_ns"] = totals["start"]
     stats["final_reads"] = final_reader(ops).count() > 0
-    subscribe = ops.where(F.col("f") == "subscribe").limit(1).count() > 0
+    subscribe = bool(totals["subscribe"])
     stats["subscribe"] = subscribe
     stats["unseen_over_time"] = _rows(unseen_over_time(flatten_mops(ops)).orderBy("time"))
     stats["txn_outcomes"] = _rows(txn_outcomes_over_time(ops))
 
     progress("running history checks")
+    describe_jobs(ops, "history checks (cycle search)")
     history_cases = history_checks(ops)
 
     wire_cases: dict = {}
@@ -100,7 +113,12 @@ def analyze(
 
         progress(f"reading traces {traces_dir}")
         traces = load_traces(spark, traces_dir).cache()
+        describe_jobs(traces, "reading traces")
         stats["trace_events"] = traces.count()
+        progress("running wire checks")
+        # wire_checks caches the history's sends and the Produce attempts;
+        # the clock offset joins those same frames, so it runs after.
+        wire_cases = wire_checks(ops, traces, isolation)
         offset = clock_offset_ns(ops, traces)
         stats["trace_clock_offset_ns"] = offset
         stats["phases"] = [
@@ -108,10 +126,9 @@ def analyze(
             for p in _rows(fault_phases(traces))
         ] if offset is not None else []
         stats["end_txn_outcomes"] = _rows(end_txn_outcomes(traces))
-        progress("running wire checks")
-        wire_cases = wire_checks(ops, traces, isolation)
 
     progress("collecting cases")
+    describe_jobs(ops, "collecting cases")
     report = build_report(history_cases, wire_cases, stats, allowed=allowed_anomalies(subscribe=subscribe))
     report["stats"]["elapsed_s"] = round(time.monotonic() - started, 3)
     write_json(report, str(out / "report.json"))
@@ -119,6 +136,7 @@ def analyze(
     from spark.html import write_html
 
     write_html(report, str(out / "report.html"))
+    describe_jobs(ops, None)
     spark.catalog.clearCache()
     return report
 
