@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame
 from spark.checks.abort_position import POSITIONS, abort_positions
 from spark.checks.contiguity import (
     internal_poll_pairs,
+    read_neighbours,
     internal_send_pairs,
     nonmonotonic,
     poll_pairs,
@@ -19,7 +20,14 @@ from spark.checks.contiguity import (
     skips,
 )
 from spark.checks.cycles import cycle_checks
-from spark.checks.orders import duplicates, inconsistent_offsets, version_orders_from_mops
+from spark.checks.orders import (
+    by_index,
+    by_value,
+    duplicates,
+    inconsistent_offsets,
+    version_orders_from_mops,
+    writer_of,
+)
 from spark.checks.summary import summary, summary_counts, summary_from
 from spark.checks.visibility import (
     aborted_reads,
@@ -92,6 +100,15 @@ def history_checks(ops: DataFrame, cache: bool = True, names=None) -> dict[str, 
     if cache:
         vo = vo.cache()
     changes = membership_changes(ops)
+    if cache:
+        # Several checks build these same frames; Spark finds a cached frame
+        # by its plan, so caching them here makes every check reuse them
+        # instead of recomputing the aggregations and windows per check.
+        changes.cache()
+        by_value(vo).cache()
+        by_index(vo).cache()
+        writer_of(mops).cache()
+        read_neighbours(mops, vo, changes).cache()
 
     int_polls = internal_poll_pairs(mops, vo)
     int_sends = internal_send_pairs(mops, vo)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark.checks.contiguity import segment_neighbours, segments
-from spark.history import polled
+from spark.checks.contiguity import read_neighbours
 
 POSITIONS = ("advance", "rewind", "rewind-further")
 
@@ -32,8 +31,7 @@ def abort_positions(mops: DataFrame, vo: DataFrame, changes: DataFrame, ops: Dat
     aborted_last_offset, next_first_offset, aborted_first_value,
     aborted_last_value, next_first_value, position.
     """
-    reads = polled(mops).where(F.col("f").isin("poll", "txn"))
-    neigh = segment_neighbours(segments(reads, vo), changes, ("ok",))
+    neigh = read_neighbours(mops, vo, changes)
     aborted_txns = ops.where((F.col("f") == "txn") & (F.col("type") == "fail")).select(
         F.col("index"), "error"
     )
@@ -59,4 +57,4 @@ def abort_positions(mops: DataFrame, vo: DataFrame, changes: DataFrame, ops: Dat
         F.col("last_value").alias("aborted_last_value"),
         F.col("next.first_value").alias("next_first_value"),
         position.alias("position"),
-    )
+    ).orderBy("abort_index", "key")
