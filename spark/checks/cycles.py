@@ -10,8 +10,10 @@ The graph is built in Spark and kept small before it reaches the driver:
 an operation that writes exactly one value and reads nothing is only a link
 in its key's ww chain, so runs of such operations are collapsed into one ww
 edge between the nearest operations that can branch (several writes, reads,
-or a wr edge into one that reads). The driver then runs a bounded search
-(see ``MAX_EDGES``/``MAX_SEEDS``) with networkx.
+or a wr edge into one that reads). Edges that cannot lie on a cycle are
+dropped in Spark as well (``cycle_candidates``), so the driver only holds the
+part of the graph that could be cyclic. The driver then runs a bounded
+search (see ``MAX_EDGES``/``MAX_SEEDS``) with networkx.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, Stru
 from spark.checks.orders import by_index, writer_of
 from spark.history import polled, sends
 
-#: The driver refuses to search a collapsed graph with more distinct edges than
-#: this (about 1 GB of driver memory); the run then reports
+#: The driver refuses to search more distinct candidate edges (those left
+#: after ``cycle_candidates``) than this (about 1 GB of driver memory); the
+#: run then reports
 #: ``cycle-search-incomplete`` instead of guessing.
 MAX_EDGES = 2_000_000
 #: Per strongly connected component, how many seed edges are tried when looking
@@ -126,6 +129,76 @@ def dependency_edges(mops: DataFrame, vo: DataFrame) -> DataFrame:
     return wr.unionByName(collapsed).unionByName(into_split).unionByName(out_of_split).select(*EDGE_COLUMNS)
 
 
+def _interval_groups(pairs: DataFrame) -> DataFrame:
+    """node, group: the nodes that some cycle could pass through, numbered by
+    the stretch of node ids they lie in.
+
+    Number the nodes (operation indexes, roughly time). An edge to a smaller
+    number is a backward edge. Along a cycle the numbers must come down
+    again, so every number between a cycle's lowest and highest node is
+    spanned by one of its backward edges [dst, src]: the whole cycle lies in
+    one run of overlapping backward spans. A node outside every span, or an
+    edge whose ends lie in different runs, is on no cycle. One sort over the
+    nodes and spans, no iteration; on a history whose dependencies all point
+    forward in time (every clean one) nothing survives.
+    """
+    spans = pairs.where(F.col("src") > F.col("dst")).select(
+        F.col("dst").alias("pos"), F.lit(0).alias("kind"), F.col("src").alias("hi")
+    )
+    nodes = (
+        pairs.select(F.col("src").alias("pos")).unionByName(pairs.select(F.col("dst").alias("pos"))).distinct()
+        .select("pos", F.lit(1).alias("kind"), F.lit(None).cast("long").alias("hi"))
+    )
+    # A span sorts before a node at the same number: spans are closed.
+    ordered = Window.orderBy("pos", "kind")
+    reach = F.max("hi").over(ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    reach_before = F.max("hi").over(ordered.rowsBetween(Window.unboundedPreceding, -1))
+    starts_run = (F.col("kind") == 0) & (reach_before.isNull() | (F.col("pos") > reach_before))
+    return (
+        spans.unionByName(nodes)
+        .withColumn("reach", reach)
+        .withColumn("group", F.sum(starts_run.cast("long")).over(
+            ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
+        .where((F.col("kind") == 1) & (F.col("reach") >= F.col("pos")))
+        .select(F.col("pos").alias("node"), "group")
+    )
+
+
+def cycle_candidates(pairs: DataFrame, rounds: int = 3) -> DataFrame:
+    """The (src, dst) pairs that can lie on a cycle, found in Spark so the
+    driver only receives what could be cyclic.
+
+    Keeps every edge of every cycle (so the strongly connected components,
+    and the edges inside each, are those of the whole graph): first the
+    backward-span bound of ``_interval_groups``, then ``rounds`` rounds of
+    dropping edges that leave a node nothing enters or enter a node nothing
+    leaves (sources and sinks: no cycle passes through them).
+
+    Every step reads the previous one several times, so each is
+    checkpointed (computed once, lineage cut): otherwise the plan, and the
+    time Spark spends planning it, triples with every round.
+    """
+    pairs = pairs.localCheckpoint()
+    groups = _interval_groups(pairs)
+    src_group = groups.select(F.col("node").alias("src"), F.col("group").alias("src_group"))
+    dst_group = groups.select(F.col("node").alias("dst"), F.col("group").alias("dst_group"))
+    candidates = (
+        pairs.join(src_group, "src").join(dst_group, "dst")
+        .where(F.col("src_group") == F.col("dst_group"))
+        .select("src", "dst")
+        .localCheckpoint()
+    )
+    for _ in range(rounds):
+        entered = candidates.select(F.col("dst").alias("src")).distinct()
+        left = candidates.select(F.col("src").alias("dst")).distinct()
+        candidates = (
+            candidates.join(entered, "src", "left_semi").join(left, "dst", "left_semi")
+            .select("src", "dst")
+            .localCheckpoint()
+        )
+    return candidates
+
+
 def _shortest_path(graph: nx.DiGraph, source: int, target: int) -> list[int] | None:
     try:
         return nx.shortest_path(graph, source, target)
@@ -196,14 +269,17 @@ def _nodes_on_cycles(pairs: list[tuple[int, int]]) -> set[int]:
 
 
 def cycle_checks(spark: SparkSession, mops: DataFrame, vo: DataFrame) -> dict[str, DataFrame]:
-    """``G0`` and ``G1c`` cases; plus ``cycle-search-incomplete`` when the graph exceeds MAX_EDGES.
+    """``G0`` and ``G1c`` cases; plus ``cycle-search-incomplete`` when the
+    edges that could be on a cycle exceed MAX_EDGES.
 
-    Only the bare (src, dst) pairs travel to the driver first; the explained
-    edges are fetched for the few operations that sit on a cycle at all.
+    Spark first drops what can be on no cycle (``cycle_candidates``); only the
+    bare (src, dst) pairs left travel to the driver, and the explained edges
+    are fetched for the few operations that sit on a cycle at all.
     """
     edges = dependency_edges(mops, vo).cache()
     try:
-        pairs = [tuple(r) for r in edges.select("src", "dst").distinct().limit(MAX_EDGES + 1).collect()]
+        candidates = cycle_candidates(edges.select("src", "dst").distinct())
+        pairs = [tuple(r) for r in candidates.limit(MAX_EDGES + 1).collect()]
         if len(pairs) > MAX_EDGES:
             empty = spark.createDataFrame([], CYCLE_SCHEMA)
             return {
