@@ -153,7 +153,12 @@ def segment_neighbours(segs: DataFrame, changes: DataFrame, previous_types: tupl
     per_key = Window.partitionBy("process", "key").orderBy("index")
     before = per_key.rowsBetween(Window.unboundedPreceding, -1)
     upto = per_key.rowsBetween(Window.unboundedPreceding, 0)
-    after = per_key.rowsBetween(1, Window.unboundedFollowing)
+    # The next segment is asked in the reversed order as the last one
+    # before: Spark evaluates a frame that ends at the partition's end afresh
+    # for every row, one that starts at its beginning in a single pass.
+    after = Window.partitionBy("process", "key").orderBy(F.col("index").desc()).rowsBetween(
+        Window.unboundedPreceding, -1
+    )
     is_seg = F.col("kind") == "seg"
     stream = stream.withColumn("kept", F.sum(F.when(F.col("kind") == "kept", 1).otherwise(0)).over(upto))
     fields = F.struct(*_SEGMENT_FIELDS)
@@ -161,7 +166,7 @@ def segment_neighbours(segs: DataFrame, changes: DataFrame, previous_types: tupl
     next_candidate = F.when(is_seg, fields)
     neighbours = (
         stream.withColumn("prev", F.last(prev_candidate, ignorenulls=True).over(before))
-        .withColumn("next", F.first(next_candidate, ignorenulls=True).over(after))
+        .withColumn("next", F.last(next_candidate, ignorenulls=True).over(after))
         .where(is_seg)
     )
     return neighbours.select(
@@ -187,14 +192,21 @@ def _cross_pairs(neigh: DataFrame) -> DataFrame:
     )
 
 
+def read_neighbours(mops: DataFrame, vo: DataFrame, changes: DataFrame) -> DataFrame:
+    """segment_neighbours of every completed poll/txn's reads, each read
+    compared with the previous *acknowledged* read. poll-skip,
+    nonmonotonic-poll and abort-position all start from this frame."""
+    reads = polled(mops).where(F.col("f").isin("poll", "txn"))
+    return segment_neighbours(segments(reads, vo), changes, ("ok",))
+
+
 def poll_pairs(mops: DataFrame, vo: DataFrame, changes: DataFrame) -> DataFrame:
     """Consecutive reads of a key by one process: last of its previous ok read vs first of this one.
 
     Every completed poll/txn is checked against the previous *acknowledged*
     read (a failed or crashed op leaves the position unproven), as in Jepsen.
     """
-    reads = polled(mops).where(F.col("f").isin("poll", "txn"))
-    return _cross_pairs(segment_neighbours(segments(reads, vo), changes, ("ok",)))
+    return _cross_pairs(read_neighbours(mops, vo, changes))
 
 
 def send_pairs(mops: DataFrame, vo: DataFrame, changes: DataFrame) -> DataFrame:
