@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from spark.history import flatten_mops, key_partitions, sends
 from spark.traces import (
     END_TXN_ATTRIBUTION,
+    EXCHANGE,
     end_txns,
     fetched_records,
     landings,
@@ -31,6 +32,13 @@ WIRE_ANOMALIES = (
     "broker-aborted-read",
     "latency",
     "fault-impact",
+)
+
+#: The columns of spark.traces.fetched_records that the wire checks read.
+FETCHED_COLUMNS = (
+    *EXCHANGE, "mono_ns", "client_id", "rule", "action", "topic", "partition", "offset", "key", "value",
+    "key_long", "value_long", "control", "producer_id", "transactional", "last_stable_offset",
+    "read_committed",
 )
 
 _END_TXN = F.struct(*[F.col(f"end_{c}").alias(c) for c in END_TXN_ATTRIBUTION])
@@ -392,7 +400,10 @@ def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> d
     # re-running the trace flattening and the fate windows.
     sent = history_sends(ops).cache()
     attempts = produce_attempts(traces).cache()
-    fetched = fetched_records(traces, isolation).cache()
+    # Only the columns the checks read: a Fetch record carries every column
+    # of its event, and at a million operations the whole width no longer
+    # fits the cache.
+    fetched = fetched_records(traces, isolation).select(*FETCHED_COLUMNS).cache()
     log = landings(traces, isolation, attempts=attempts, fetched=fetched).cache()
     cases: dict[str, DataFrame] = {
         "torn-transaction": torn_transactions(sent, log),
