@@ -70,12 +70,17 @@ def analyze(
     from spark.report import final_reader, txn_outcomes_over_time
 
     started = time.monotonic()
+
+    def step(message: str) -> None:
+        # The elapsed time tells where a long analysis spends it.
+        progress(f"{message} (at {time.monotonic() - started:.1f} s)")
+
     if spark is None:
-        progress(f"starting Spark ({master})")
+        step(f"starting Spark ({master})")
         from spark.session import get_session
 
         spark = get_session(master)
-    progress(f"reading history {history_path}")
+    step(f"reading history {history_path}")
     ops = load_history(spark, str(history_path)).cache()
     describe_jobs(ops, "reading history")
     # One pass for the numbers every later step needs (each action is a job).
@@ -102,7 +107,7 @@ def analyze(
     stats["unseen_over_time"] = _rows(unseen_over_time(flatten_mops(ops)).orderBy("time"))
     stats["txn_outcomes"] = _rows(txn_outcomes_over_time(ops))
 
-    progress("running history checks")
+    step("running history checks")
     describe_jobs(ops, "history checks (cycle search)")
     history_cases = history_checks(ops)
 
@@ -111,11 +116,11 @@ def analyze(
         from spark.traces import load_traces
         from spark.wire import clock_offset_ns, end_txn_outcomes, fault_phases, wire_checks
 
-        progress(f"reading traces {traces_dir}")
+        step(f"reading traces {traces_dir}")
         traces = load_traces(spark, traces_dir).cache()
         describe_jobs(traces, "reading traces")
         stats["trace_events"] = traces.count()
-        progress("running wire checks")
+        step("running wire checks")
         # wire_checks caches the history's sends and the Produce attempts;
         # the clock offset joins those same frames, so it runs after.
         wire_cases = wire_checks(ops, traces, isolation)
@@ -127,17 +132,18 @@ def analyze(
         ] if offset is not None else []
         stats["end_txn_outcomes"] = _rows(end_txn_outcomes(traces))
 
-    progress("collecting cases")
+    step("collecting cases")
     describe_jobs(ops, "collecting cases")
     report = build_report(history_cases, wire_cases, stats, allowed=allowed_anomalies(subscribe=subscribe))
     report["stats"]["elapsed_s"] = round(time.monotonic() - started, 3)
     write_json(report, str(out / "report.json"))
-    progress("rendering report.html")
+    step("rendering report.html")
     from spark.html import write_html
 
     write_html(report, str(out / "report.html"))
     describe_jobs(ops, None)
     spark.catalog.clearCache()
+    step("done")
     return report
 
 
