@@ -176,3 +176,20 @@ def test_real_consumer_reads_large_fetches_through_the_proxy(broker, proxy_facto
     fetches = [e for e in iter_trace_events(traces) if e["api"] == "fetch" and e["direction"] == "response"]
     assert max(e["size"] for e in fetches) >= CUT_THROUGH_BYTES, "no Fetch response was large enough to stream"
     assert all(e["error_code"] == 0 for e in fetches)
+
+
+def _api_versions_through(proxy) -> dict[int, int]:
+    from kproxy.protocol.codec import decode_response
+
+    s = raw_connect(proxy.bootstrap)
+    s.sendall(request_frame(apis.API_VERSIONS, 0, 1, b"", client_id=b"raw"))
+    size = struct.unpack(">i", read_exactly(s, 4))[0]
+    payload = read_exactly(s, size)
+    s.close()
+    return {int(k.api_key): int(k.max_version) for k in decode_response(apis.API_VERSIONS, 0, payload).api_keys}
+
+
+def test_clients_are_offered_fetch_without_leader_hints_unless_asked(proxy_factory) -> None:
+    """Fetch v16+ responses carry leader hints to rewrite, which rules out streaming them."""
+    assert _api_versions_through(proxy_factory())[apis.FETCH] == 15
+    assert _api_versions_through(proxy_factory("--fetch-leader-hints"))[apis.FETCH] >= 16

@@ -113,3 +113,34 @@ def test_a_truncated_produce_response_is_not_guessed(version: int) -> None:
         codes = produce_error_codes(version, frame[:cut])
         assert codes is None or codes in ([], [6]), cut
     assert produce_scannable(version) and not produce_scannable(PRODUCE_MAX_VERSION + 1)
+
+
+@pytest.mark.parametrize("version", [4, 12, 16])
+def test_skipping_records_unseen_gives_the_same_codes(version: int) -> None:
+    """The proxy splices a pending skip past the scanner; the codes must not change."""
+    from tests.test_response_rewrite import fetch_response
+
+    value = fetch_response(
+        version,
+        {
+            "orders": [{"partition_index": 0, "high_watermark": 5, "records": b"x" * 5000}],
+            "audit": [{"partition_index": 1, "high_watermark": 0, "error_code": ErrorCode(3), "records": b"y" * 700}],
+        },
+    )
+    frame = encode_response(value, 1)
+    scanner = FetchErrorScan(version)
+    pos = 0
+    skipped = 0
+    while pos < len(frame):
+        if scanner.pending_skip >= 100:
+            n = min(scanner.pending_skip, 333)  # in pieces, as a pipe's capacity would cut it
+            scanner.skip(n)
+            skipped += n
+        else:
+            n = max(scanner.pending_read, 1)
+            scanner.feed(frame[pos : pos + n])
+        pos += n
+    assert scanner.complete and scanner.codes == [3]
+    assert skipped >= 5000 + 700 - 200
+    with pytest.raises(ValueError):
+        scanner.skip(1)

@@ -22,6 +22,7 @@ from kproxy.protocol.rewrite import (
     LEADER_HINT_MIN_VERSION,
     AddressMap,
     Endpoint,
+    STREAMING_VERSION_CAPS,
     cap_api_versions,
     rewrite_addresses,
 )
@@ -257,6 +258,20 @@ def test_cap_api_versions(version):
         # EndTxn only in versions kio cannot decode: not advertised at all
     ]
     assert decoded.error_code == response.error_code
+
+
+def test_extra_caps_lower_the_advertised_max_but_never_raise_it():
+    cls = load_response_schema(apis.API_VERSIONS, 3)
+    entry = item_cls(cls, "api_keys")
+    advertised = (
+        entry(api_key=apis.FETCH, min_version=4, max_version=16),
+        entry(api_key=apis.METADATA, min_version=0, max_version=9),
+        entry(api_key=30000, min_version=0, max_version=99),
+    )
+    response = dataclasses.replace(sample(cls), api_keys=advertised)
+    capped = cap_api_versions(response, {apis.FETCH: 15, apis.METADATA: 12, 30000: 7})
+    assert [(k.api_key, k.max_version) for k in capped.api_keys] == [(apis.FETCH, 15), (apis.METADATA, 9), (30000, 7)]
+    assert STREAMING_VERSION_CAPS == {apis.FETCH: 15}
 
 
 def test_cap_api_versions_of_an_empty_or_error_response():

@@ -17,7 +17,7 @@ import click
 @click.option("--batched-records", default=40_000, show_default=True, type=click.IntRange(100),
               help="1 KiB records per batched produce run (acks=all, linger.ms=5); the consume run reads them back.")
 @click.option("--consume-passes", default=3, show_default=True, type=click.IntRange(1),
-              help="Times the consume run reads those records from offset 0 (timed from its first record to its last).")
+              help="Times the consume run reads those records from offset 0, each with a fresh consumer timed from its first record to its last.")
 @click.option("--small-records", default=40_000, show_default=True, type=click.IntRange(100),
               help="100 B records per unbatched produce run (linger.ms=0).")
 @click.option("--rate", default=500, show_default=True, type=click.IntRange(1),

@@ -43,6 +43,9 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 @click.option("--seed", type=int, default=None, help="Seed for probabilistic rules (overrides the file's seed).")
 @click.option("--guard", is_flag=True,
               help="Refuse to deliver hazardous transactional requests (stale EndTxn, late Produce).")
+@click.option("--fetch-leader-hints", is_flag=True,
+              help="Offer clients Fetch v16+ (KIP-951 leader hints). The proxy then holds every Fetch response "
+                   "whole to rewrite the hints instead of streaming it, which costs consume throughput.")
 @click.option("--traces", "traces_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write a trace of every request and response to this directory.")
 @click.option("--trace-level", type=click.Choice(["headers", "records"]), default="headers", show_default=True,
@@ -63,7 +66,8 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
               show_default=True, help="Log verbosity (logs go to stderr).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text for people, json (one object per line) for log pipelines.")
-def run(upstreams, listen, advertise, broker_port_base, admin, no_admin, rules_path, seed, guard, traces_dir,  # noqa: ANN001
+def run(upstreams, listen, advertise, broker_port_base, admin, no_admin, rules_path, seed, guard, fetch_leader_hints,
+        traces_dir,  # noqa: ANN001
         trace_level, trace_format, trace_on_full, trace_rotate_mb, trace_rotate_s, max_frame_bytes,
         connect_timeout, proxy_id, log_level, log_format) -> None:
     """Run the proxy between Kafka clients and a Kafka cluster.
@@ -87,6 +91,7 @@ def run(upstreams, listen, advertise, broker_port_base, admin, no_admin, rules_p
         rules_path=rules_path,
         seed=seed,
         guard=guard,
+        fetch_leader_hints=fetch_leader_hints,
         traces_dir=traces_dir,
         trace_level=trace_level,
         trace_format=trace_format,

@@ -41,6 +41,7 @@ class ProxyConfig:
     rules_path: Path | None = None
     seed: int | None = None
     guard: bool = False
+    fetch_leader_hints: bool = False  # offer Fetch v16+ (responses then held whole for the rewrite)
     traces_dir: Path | None = None
     trace_level: str = "headers"
     trace_format: str = "jsonl"

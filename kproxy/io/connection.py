@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kproxy.io import net
+from kproxy.io import net, splice
 from kproxy.io.exchange import Exchange
 from kproxy.obs import metrics
 from kproxy.protocol import apis, error_scan
@@ -42,6 +42,8 @@ _I32 = struct.Struct(">i")
 DRAIN_TIMEOUT = 30.0
 # Responses at least this large (length prefix included) go cut-through when they may.
 CUT_THROUGH_BYTES = 64 * 1024
+# Skipped record bytes at least this many go through splice rather than recv/send.
+SPLICE_MIN_BYTES = 16 * 1024
 
 
 class CutThrough:
@@ -54,6 +56,25 @@ class CutThrough:
         self.size = size  # whole frame, prefix included
         self.remaining = size
         self.scan = scan  # error codes for the trace, read on the way through
+
+    def spliceable(self) -> int:
+        """Bytes that may go broker -> client in the kernel now: all the rest,
+        or with a scan, the records it skips (if worth a splice)."""
+        if self.scan is None:
+            return self.remaining
+        skip = min(self.scan.pending_skip, self.remaining)
+        return skip if skip >= SPLICE_MIN_BYTES else 0
+
+    def spliced(self, n: int) -> None:
+        self.remaining -= n
+        if self.scan is not None:
+            self.scan.skip(n)
+
+    def recv_size(self) -> int:
+        """With a scan, read just what it wants next, so the records after it can be spliced."""
+        scan = self.scan
+        want = (scan.pending_read or scan.pending_skip) if scan is not None else 0
+        return min(self.remaining, want or net.RECV_BYTES)
 
 
 class ConnectionClosed(Exception):
@@ -271,40 +292,63 @@ class ClientConnection:
         assert self.upstream is not None
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
         upstream = self.upstream
+        can_splice = splice.available()
+        pipe: splice.SplicePipe | None = None  # made on the first spliced frame: idle connections hold no pipe
         cut: CutThrough | None = None
-        while True:
-            try:
-                data = await upstream.recv(net.RECV_BYTES)
-            except OSError as exc:
-                raise ConnectionClosed("upstream_closed", f"broker connection failed: {exc}") from None
-            if not data:
-                raise ConnectionClosed(
-                    "upstream_closed", f"broker {self.upstream_endpoint} closed the connection"
-                )
-            metrics.bytes_.labels("response").inc(len(data))
-            if cut is not None:
-                remaining = cut.remaining
-                if len(data) <= remaining:
-                    await self._cut_forward(cut, data)
-                    if cut.remaining:
+        recv_size = net.RECV_BYTES
+        try:
+            while True:
+                if cut is not None and can_splice:
+                    n = cut.spliceable()
+                    if n:
+                        if pipe is None:
+                            pipe = splice.SplicePipe()
+                        await self._cut_splice(cut, pipe, n)
+                        if not cut.remaining:
+                            await self._cut_finish(cut)
+                            cut = None
+                            recv_size = net.RECV_BYTES
                         continue
-                    data = b""
-                else:
-                    await self._cut_forward(cut, memoryview(data)[:remaining])
-                    data = data[remaining:]
-                await self._cut_finish(cut)
-                cut = None
-                if not data:
-                    continue
-            try:
-                block, offsets = frames.feed(data)
-            except FrameError as exc:
-                metrics.protocol_errors.labels(exc.reason).inc()
-                raise ConnectionClosed(exc.reason, f"broker sent a bad frame: {exc}") from None
-            if offsets:
-                await self._answer_frames(block, offsets)
-            if frames.pending_frame_size >= CUT_THROUGH_BYTES and frames.pending >= 8:
-                cut = await self._cut_start(frames)
+                    recv_size = cut.recv_size()
+                cut, recv_size = await self._pump_one_read(frames, upstream, cut, recv_size)
+        finally:
+            if pipe is not None:
+                pipe.close()
+
+    async def _pump_one_read(
+        self, frames: FrameBuffer, upstream: trio.socket.SocketType, cut: CutThrough | None, recv_size: int
+    ) -> tuple[CutThrough | None, int]:
+        """One recv from the broker, forwarded; returns the frame now cut-through (if any) and the next recv size."""
+        try:
+            data = await upstream.recv(recv_size)
+        except OSError as exc:
+            raise ConnectionClosed("upstream_closed", f"broker connection failed: {exc}") from None
+        if not data:
+            raise ConnectionClosed("upstream_closed", f"broker {self.upstream_endpoint} closed the connection")
+        metrics.bytes_.labels("response").inc(len(data))
+        if cut is not None:
+            remaining = cut.remaining
+            if len(data) <= remaining:
+                await self._cut_forward(cut, data)
+                if cut.remaining:
+                    return cut, recv_size
+                data = b""
+            else:
+                await self._cut_forward(cut, memoryview(data)[:remaining])
+                data = data[remaining:]
+            await self._cut_finish(cut)
+            if not data:
+                return None, net.RECV_BYTES
+        try:
+            block, offsets = frames.feed(data)
+        except FrameError as exc:
+            metrics.protocol_errors.labels(exc.reason).inc()
+            raise ConnectionClosed(exc.reason, f"broker sent a bad frame: {exc}") from None
+        if offsets:
+            await self._answer_frames(block, offsets)
+        if frames.pending_frame_size >= CUT_THROUGH_BYTES and frames.pending >= 8:
+            return await self._cut_start(frames), net.RECV_BYTES
+        return None, net.RECV_BYTES
 
     async def _answer_frames(self, block: bytes, offsets: list[int]) -> None:
         """Route the complete response frames of one read back to the client."""
@@ -381,6 +425,22 @@ class ClientConnection:
         cut = CutThrough(ex, frames.pending_frame_size, scan)
         await self._cut_forward(cut, frames.take_pending())
         return cut
+
+    async def _cut_splice(self, cut: CutThrough, pipe: splice.SplicePipe, n: int) -> None:
+        """Move n bytes of the frame broker -> client in the kernel."""
+        assert self.upstream is not None
+        try:
+            await pipe.forward(self.upstream, self.client, n, self.client_lock)
+        except EOFError:
+            raise ConnectionClosed(
+                "upstream_closed", f"broker {self.upstream_endpoint} closed the connection inside a response"
+            ) from None
+        except splice.SourceFailed as exc:
+            raise ConnectionClosed("upstream_closed", f"broker connection failed: {exc}") from None
+        except splice.SinkFailed as exc:
+            raise ConnectionClosed("client_closed", f"client connection failed while sending: {exc}") from None
+        metrics.bytes_.labels("response").inc(n)
+        cut.spliced(n)
 
     async def _cut_forward(self, cut: CutThrough, data: bytes | memoryview) -> None:
         cut.remaining -= len(data)

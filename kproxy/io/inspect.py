@@ -556,14 +556,14 @@ class Inspector:
                 except DecodeError:
                     decoded = None
                 if decoded is not None:
-                    return encode_response(cap_api_versions(decoded), response_correlation_id(payload)), None
+                    return encode_response(cap_api_versions(decoded, self.proxy.version_caps), response_correlation_id(payload)), None
             if ex.api_key in ADDRESS_APIS:
                 raise self._undecodable(
                     f"{apis.api_name(ex.api_key)} v{ex.api_version} response (its addresses must be rewritten)", exc
                 ) from None
             return frame, None  # leader hints are best effort: pass the response through
         if ex.api_key == apis.API_VERSIONS:
-            new = cap_api_versions(decoded)
+            new = cap_api_versions(decoded, self.proxy.version_caps)
         else:
             new, learnt = rewrite_addresses(decoded, self.proxy.addresses)
             for node_id in learnt:

@@ -29,7 +29,7 @@ from kproxy.obs import metrics
 from kproxy.protocol import apis, record_views
 from kproxy.protocol.codec import decode_response, encode_request
 from kproxy.protocol.framing import FrameBuffer
-from kproxy.protocol.rewrite import AddressMap, Endpoint
+from kproxy.protocol.rewrite import STREAMING_VERSION_CAPS, AddressMap, Endpoint
 from kproxy.txn.tracker import TxnTracker
 
 log = logging.getLogger("kproxy.proxy")
@@ -52,6 +52,7 @@ class Proxy:
         self.tracker = TxnTracker()
         self.trace = trace  # a TraceWriter, or None when not tracing
         self.trace_records = trace is not None and config.trace_level == "records"
+        self.version_caps = {} if config.fetch_leader_hints else STREAMING_VERSION_CAPS
         self.record_views = record_views
         self.topic_names: dict[Any, str] = {}
         self.ghost_links: dict[int, GhostLink] = {}

@@ -150,6 +150,28 @@ class FetchErrorScan:
                 self._buf = b""
                 self._resume(buf)
 
+    @property
+    def pending_skip(self) -> int:
+        """Bytes the walk will skip next without looking (0 when it wants to read)."""
+        want = self._want
+        return -want if want is not None and want < 0 else 0
+
+    @property
+    def pending_read(self) -> int:
+        """Bytes the walk wants to read next (0 when it skips or is done)."""
+        want = self._want
+        return want - len(self._buf) if want is not None and want > 0 else 0
+
+    def skip(self, n: int) -> None:
+        """The caller passed on n bytes of a pending skip without showing them."""
+        want = self._want
+        if want is None or want >= 0 or n > -want:
+            raise ValueError(f"cannot skip {n} bytes here")
+        if n == -want:
+            self._resume(None)
+        else:
+            self._want = want + n
+
     def _resume(self, data: bytes | None) -> None:
         try:
             self._want = self._walk.send(data)

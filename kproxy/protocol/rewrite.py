@@ -107,8 +107,17 @@ def rewrite_addresses(payload: Any, amap: AddressMap) -> tuple[Any, list[int]]:
     return _rewrite_endpoints(payload, amap, learnt), learnt
 
 
-def cap_api_versions(payload: Any) -> Any:
-    """Cap each advertised max version to what kio can decode.
+# Fetch v16 added leader hints (KIP-951: node endpoints in the response's
+# last bytes). The proxy must rewrite them, so it would have to hold every
+# Fetch response whole instead of streaming it (kproxy.io.connection); by
+# default clients are offered Fetch up to v15, which differs from v16 only by
+# those hints (after a leader change a v15 client refreshes its metadata
+# instead). `kproxy run --fetch-leader-hints` lifts the cap.
+STREAMING_VERSION_CAPS = {apis.FETCH: LEADER_HINT_MIN_VERSION[apis.FETCH] - 1}
+
+
+def cap_api_versions(payload: Any, caps: dict[int, int] | None = None) -> Any:
+    """Cap each advertised max version to what kio can decode, and to `caps` (api key -> max).
 
     APIs kio does not know are left as the broker advertised them: the proxy
     passes those through untouched and never needs to decode them.
@@ -116,12 +125,17 @@ def cap_api_versions(payload: Any) -> Any:
     keys = getattr(payload, "api_keys", None)
     if not keys:
         return payload
+    caps = caps or {}
     capped = []
     for entry in keys:
-        bounds = apis.DECODABLE.get(int(entry.api_key))
-        if bounds is not None and entry.max_version > bounds[1]:
-            if entry.min_version > bounds[1]:
+        key = int(entry.api_key)
+        bounds = apis.DECODABLE.get(key)
+        top = bounds[1] if bounds is not None else None
+        if key in caps:
+            top = caps[key] if top is None else min(top, caps[key])
+        if top is not None and entry.max_version > top:
+            if entry.min_version > top:
                 continue  # nothing both sides understand: do not advertise it
-            entry = dataclasses.replace(entry, max_version=i16(bounds[1]))
+            entry = dataclasses.replace(entry, max_version=i16(top))
         capped.append(entry)
     return dataclasses.replace(payload, api_keys=tuple(capped))
