@@ -8,22 +8,31 @@ from tests.fixtures.broker import create_topic
 from tests.fixtures.proxy import metric_value
 
 
-def test_response_rule_rewrites_a_plain_produce_response(proxy_factory, tmp_path, topic_name) -> None:
+def produce_once_under(proxy_factory, tmp_path, topic_name, rule_id: str, action: str):  # noqa: ANN201
+    """A proxy with one `once` response rule on Produce, and one plain record sent through it."""
     rules = tmp_path / "rules.yaml"
     rules.write_text(
         "version: 1\n"
         "rules:\n"
-        "  - id: ack-says-not-leader\n"
+        f"  - id: {rule_id}\n"
         "    match: {api: produce, direction: response}\n"
-        "    action: {type: replace_error, error: NOT_LEADER_OR_FOLLOWER}\n"
+        f"    action: {action}\n"
         "    limits: {once: true}\n"
     )
     proxy = proxy_factory("--rules", str(rules))
     create_topic(proxy.bootstrap, topic_name)
-    # Not transactional, not idempotent: nothing else takes this Produce off the fast path.
+    # Not transactional, not idempotent: nothing else takes this Produce off the fast path,
+    # and a retry writes the record again.
     producer = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": False, "acks": 1})
     producer.produce(topic_name, value=b"x")
-    assert producer.flush(20) == 0  # the client retries the "failed" write and succeeds
+    assert producer.flush(20) == 0  # the client retries after the fault and succeeds
+    return proxy
+
+
+def test_response_rule_rewrites_a_plain_produce_response(proxy_factory, tmp_path, topic_name) -> None:
+    proxy = produce_once_under(
+        proxy_factory, tmp_path, topic_name, "ack-says-not-leader", "{type: replace_error, error: NOT_LEADER_OR_FOLLOWER}"
+    )
 
     assert metric_value(proxy, "kproxy_faults_applied_total", rule="ack-says-not-leader", action="replace_error") == 1
     assert metric_value(proxy, "kproxy_response_errors_total", api="produce", error="not_leader_or_follower") == 1
@@ -32,21 +41,7 @@ def test_response_rule_rewrites_a_plain_produce_response(proxy_factory, tmp_path
 def test_response_side_disconnect_loses_the_ack_after_the_write(proxy_factory, tmp_path, topic_name) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
-    rules = tmp_path / "rules.yaml"
-    rules.write_text(
-        "version: 1\n"
-        "rules:\n"
-        "  - id: cut-after-write\n"
-        "    match: {api: produce, direction: response}\n"
-        "    action: {type: disconnect}\n"
-        "    limits: {once: true}\n"
-    )
-    proxy = proxy_factory("--rules", str(rules))
-    create_topic(proxy.bootstrap, topic_name)
-    # No idempotence: the retry after the cut writes the record a second time.
-    producer = Producer({"bootstrap.servers": proxy.bootstrap, "enable.idempotence": False, "acks": 1})
-    producer.produce(topic_name, value=b"x")
-    assert producer.flush(20) == 0
+    proxy = produce_once_under(proxy_factory, tmp_path, topic_name, "cut-after-write", "{type: disconnect}")
     assert metric_value(proxy, "kproxy_faults_applied_total", rule="cut-after-write", action="disconnect") == 1
     assert metric_value(proxy, "kproxy_connections_closed_total", side="client", reason="fault_disconnect") == 1
 
