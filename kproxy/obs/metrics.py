@@ -34,6 +34,16 @@ CLOSE_REASONS = (
     "error",
 )
 TRACE_OUTCOMES = ("written", "dropped")
+# The APIs every producer, consumer and transaction uses: their per-API series
+# exist from start-up, so a burst that begins and ends between two scrapes
+# still shows as an increase from zero (a series born with its final value
+# has no rate). Rarer APIs get their series on first use.
+EVERYDAY_APIS = (
+    "produce", "fetch", "list_offsets", "metadata", "offset_commit", "offset_fetch",
+    "find_coordinator", "join_group", "heartbeat", "leave_group", "sync_group",
+    "api_versions", "create_topics", "init_producer_id", "add_partitions_to_txn",
+    "add_offsets_to_txn", "end_txn", "txn_offset_commit",
+)
 RELOAD_RESULTS = ("accepted", "refused")
 
 # Latency buckets: the proxy adds tens of microseconds, brokers take ms, faults take seconds.
@@ -63,7 +73,9 @@ client_latency = Histogram(
 )
 upstream_latency = Histogram(
     "kproxy_upstream_request_duration_seconds",
-    "Time from a request being sent to the broker to its response arriving.",
+    "Time from a request being sent to the broker to its response arriving, for the requests the proxy "
+    "inspects (rules, transaction tracking, address rewriting). Pass-through requests are forwarded as "
+    "they arrive, so their client-side latency stands for it.",
     ["api"],
     buckets=LATENCY_BUCKETS,
     registry=REGISTRY,
@@ -194,6 +206,11 @@ def initialise_label_sets() -> None:
     """
     for direction in DIRECTIONS:
         bytes_.labels(direction)
+        for api in EVERYDAY_APIS:
+            frames.labels(api, direction)
+    for api in EVERYDAY_APIS:
+        client_latency.labels(api)
+        upstream_latency.labels(api)
     for side in SIDES:
         connections_open.labels(side)
         connections_opened.labels(side)
