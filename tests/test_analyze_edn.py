@@ -76,15 +76,7 @@ GROUPS: dict[str, Group] = {
         "inconsistent_offsets": Expected({"inconsistent-offsets": 1}, False),
         "G1a": Expected({"G1a": 1}, False),
         "lost_write": Expected({"lost-write": 1}, False),
-        "lost_write_inconsistent": Expected(
-            {"inconsistent-offsets": 1, "lost-write": 1, "unseen": 1}, False,
-            marks=(pytest.mark.xfail(strict=True, reason=(
-                "kproxy gives every value of an inconsistent offset that offset's position, so the "
-                "process's next send (value 1, sharing offset 0 with its previous value 0) is "
-                "nonmonotonic-send with delta 0; Jepsen positions only the value that stands for the "
-                "offset (by-value is built from by-index), treats the other as unknown, and reports "
-                "no nonmonotonic-send")),),
-        ),
+        "lost_write_inconsistent": Expected({"inconsistent-offsets": 1, "lost-write": 1, "unseen": 1}, False),
         "poll_skip": Expected({"poll-skip": 1}, False),
         "nonmonotonic_poll": Expected({"nonmonotonic-poll": 1}, False),
         "nonmonotonic_send": Expected({"nonmonotonic-send": 1}, False),

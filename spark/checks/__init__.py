@@ -23,6 +23,7 @@ from spark.checks.cycles import cycle_checks
 from spark.checks.orders import (
     by_index,
     by_value,
+    representative_positions,
     duplicates,
     inconsistent_offsets,
     version_orders_from_mops,
@@ -107,6 +108,7 @@ def history_checks(ops: DataFrame, cache: bool = True, names=None) -> dict[str, 
         changes.cache()
         by_value(vo).cache()
         by_index(vo).cache()
+        representative_positions(vo).cache()
         writer_of(mops).cache()
         read_neighbours(mops, vo, changes).cache()
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark.checks.orders import by_index, by_value
+from spark.checks.orders import by_index, representative_positions
 from spark.history import polled, sends
 
 #: How many skipped values a case lists to explain itself; the delta says how many there were.
@@ -49,7 +49,7 @@ def with_skipped(cases: DataFrame, vo: DataFrame, case_id: list[str]) -> DataFra
 
 
 def _positioned(rows: DataFrame, vo: DataFrame) -> DataFrame:
-    return rows.join(by_value(vo).select("key", "value", "vo_index"), ["key", "value"], "left")
+    return rows.join(representative_positions(vo), ["key", "value"], "left")
 
 
 def _internal_pairs(rows: DataFrame, vo: DataFrame) -> DataFrame:

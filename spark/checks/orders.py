@@ -84,6 +84,13 @@ def by_index(vo: DataFrame) -> DataFrame:
     return vo.groupBy("key", "vo_index").agg(F.min("value").alias("value"), F.min("offset").alias("offset"))
 
 
+def representative_positions(vo: DataFrame) -> DataFrame:
+    """key, value, vo_index: positions as Jepsen's by-value, which is built from
+    by-index: a value that only shares an inconsistent offset with the value
+    standing for it has no position (unknown, so adjacent to anything)."""
+    return by_index(vo).groupBy("key", "value").agg(F.max("vo_index").alias("vo_index"))
+
+
 def inconsistent_offsets(vo: DataFrame, mops: DataFrame) -> DataFrame:
     """One offset of a key holding several values.
 
