@@ -38,12 +38,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("kproxy.conn")
 
 _I32 = struct.Struct(">i")
+# Looked up once: labels() costs a lock and a dict lookup on every read.
+_REQUEST_BYTES = metrics.bytes_.labels("request")
+_RESPONSE_BYTES = metrics.bytes_.labels("response")
 # How long a half-closed client waits for its outstanding responses.
 DRAIN_TIMEOUT = 30.0
 # Responses at least this large (length prefix included) go cut-through when they may.
 CUT_THROUGH_BYTES = 64 * 1024
 # Skipped record bytes at least this many go through splice rather than recv/send.
 SPLICE_MIN_BYTES = 16 * 1024
+# First read after a cut-through response: the next response on such a
+# connection is likely large too, and only its head needs to pass through
+# Python (a full-size read would copy up to RECV_BYTES of it in user space).
+AFTER_CUT_RECV_BYTES = 16 * 1024
 
 
 class CutThrough:
@@ -203,7 +210,7 @@ class ClientConnection:
                     raise ConnectionClosed(exc.reason, f"client sent a truncated frame: {exc}") from None
                 await self._client_eof()
                 return
-            metrics.bytes_.labels("request").inc(len(data))
+            _REQUEST_BYTES.inc(len(data))
             try:
                 block, offsets = frames.feed(data)
             except FrameError as exc:
@@ -307,7 +314,7 @@ class ClientConnection:
                         if not cut.remaining:
                             await self._cut_finish(cut)
                             cut = None
-                            recv_size = net.RECV_BYTES
+                            recv_size = AFTER_CUT_RECV_BYTES
                         continue
                     recv_size = cut.recv_size()
                 cut, recv_size = await self._pump_one_read(frames, upstream, cut, recv_size)
@@ -325,7 +332,7 @@ class ClientConnection:
             raise ConnectionClosed("upstream_closed", f"broker connection failed: {exc}") from None
         if not data:
             raise ConnectionClosed("upstream_closed", f"broker {self.upstream_endpoint} closed the connection")
-        metrics.bytes_.labels("response").inc(len(data))
+        _RESPONSE_BYTES.inc(len(data))
         if cut is not None:
             remaining = cut.remaining
             if len(data) <= remaining:
@@ -338,7 +345,7 @@ class ClientConnection:
                 data = data[remaining:]
             await self._cut_finish(cut)
             if not data:
-                return None, net.RECV_BYTES
+                return None, AFTER_CUT_RECV_BYTES
         try:
             block, offsets = frames.feed(data)
         except FrameError as exc:
@@ -439,7 +446,7 @@ class ClientConnection:
             raise ConnectionClosed("upstream_closed", f"broker connection failed: {exc}") from None
         except splice.SinkFailed as exc:
             raise ConnectionClosed("client_closed", f"client connection failed while sending: {exc}") from None
-        metrics.bytes_.labels("response").inc(n)
+        _RESPONSE_BYTES.inc(n)
         cut.spliced(n)
 
     async def _cut_forward(self, cut: CutThrough, data: bytes | memoryview) -> None:

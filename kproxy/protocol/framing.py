@@ -32,7 +32,7 @@ class FrameBuffer:
     __slots__ = ("_buf", "_max", "_need")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
+        self._buf: bytes | bytearray = b""
         self._max = max_frame_bytes
         # Bytes the buffered partial frame needs before anything can complete;
         # waiting for it keeps a large frame arriving in small chunks linear.
@@ -40,11 +40,14 @@ class FrameBuffer:
 
     def feed(self, chunk: bytes) -> tuple[bytes, list[int]]:
         """Add bytes; return (block of complete frames, frame start offsets)."""
-        if self._buf:
-            self._buf += chunk
-            if len(self._buf) < self._need:
+        buf = self._buf
+        if buf:
+            if not isinstance(buf, bytearray):
+                buf = self._buf = bytearray(buf)
+            buf += chunk
+            if len(buf) < self._need:
                 return b"", []
-            data = bytes(self._buf)
+            data = bytes(buf)
         else:
             data = chunk
         offsets: list[int] = []
@@ -62,11 +65,13 @@ class FrameBuffer:
             offsets.append(pos)
             pos += 4 + size
         if pos == end:
-            self._buf.clear()
+            self._buf = b""
             return data, offsets
         rest = end - pos
         self._need = 4 + int.from_bytes(data[pos : pos + 4], "big") if rest >= 4 else 4
-        self._buf = bytearray(data[pos:])
+        # Kept as bytes until more arrives: the start of a large response is
+        # usually handed straight on (take_pending), and then never copied.
+        self._buf = data[pos:] if pos else data
         return data[:pos], offsets
 
     @property
@@ -85,10 +90,10 @@ class FrameBuffer:
 
     def take_pending(self) -> bytes:
         """Hand over the incomplete frame's bytes so far; the caller forwards the rest itself."""
-        data = bytes(self._buf)
-        self._buf = bytearray()
+        data = self._buf
+        self._buf = b""
         self._need = 0
-        return data
+        return data if isinstance(data, bytes) else bytes(data)
 
     def check_eof(self) -> None:
         """The peer closed: anything left over is a truncated frame."""
