@@ -8,6 +8,7 @@ writer writes every event it accepted.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 from pathlib import Path
@@ -92,6 +93,17 @@ def load_initial_rules(config: ProxyConfig) -> FaultEngine:
     return FaultEngine(rule_file, seed=config.seed)
 
 
+def _freeze_startup_objects() -> None:
+    """Keep the collector off what start-up built (modules, schemas, metrics).
+
+    A full collection otherwise walks every one of those objects again and
+    pauses the data path for about 10 ms, which shows in the tail latency of
+    every connection; frozen objects are never scanned.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(config: ProxyConfig, *, task_status: trio.TaskStatus[Proxy] = trio.TASK_STATUS_IGNORED) -> None:
     engine = load_initial_rules(config)
     trace = _make_trace_writer(config)
@@ -110,6 +122,7 @@ async def serve(config: ProxyConfig, *, task_status: trio.TaskStatus[Proxy] = tr
                     await nursery.start(serve_admin, proxy, reloader.reload)
                 if config.rules_path is not None:
                     nursery.start_soon(reloader.watch)
+                _freeze_startup_objects()
                 task_status.started(proxy)
                 async for signum in signals:
                     if signum == signal.SIGHUP:
