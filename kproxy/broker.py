@@ -92,11 +92,17 @@ def start_broker(
     port: int = 0,
     *,
     advertise: str | None = None,
+    advertise_port: int | None = None,
     log_path: Path | None = None,
     cluster_id: str = "kproxy",
     startup_timeout: float = 15.0,
 ) -> EmbeddedBroker:
-    """Start Tansu listening on host:port (port 0 picks a free one)."""
+    """Start Tansu listening on host:port (port 0 picks a free one).
+
+    It tells clients it is at advertise:advertise_port (default: where it
+    listens); another port there puts something in front of every connection
+    after bootstrap (the benchmark's reference proxy).
+    """
     port = port or free_port(host)
     advertised = advertise or host
     cmd = [
@@ -104,7 +110,7 @@ def start_broker(
         "broker",
         "--cluster-id", cluster_id,
         "--listener-url", f"tcp://{host}:{port}",
-        "--advertised-listener-url", f"tcp://{advertised}:{port}",
+        "--advertised-listener-url", f"tcp://{advertised}:{advertise_port or port}",
         "--storage-engine", "memory://tansu/",
     ]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kproxy.bench.runner import ADDED_P99_TARGET_MS, THROUGHPUT_TARGETS
+from kproxy.bench.runner import ADDED_P99_TARGET_MS, REFERENCE, THROUGHPUT_TARGETS
 
 LABELS = {
     "batched_produce": "produce 1 KiB, acks=all, batched",
@@ -36,6 +36,10 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(row)
     lines.append("")
     lines.append(f"added p99 latency through the proxy: {result['added_p99_ms']:.3f} ms (target <= {ADDED_P99_TARGET_MS} ms)")
+    if "proxy_vs_reference" in result:
+        versus = ", ".join(f"{LABELS[w].split(',')[0]} {r:.3f}" for w, r in result["proxy_vs_reference"].items())
+        lines.append(f"added p99 latency through {REFERENCE}: {result['reference_added_p99_ms']:.3f} ms")
+        lines.append(f"kproxy throughput / {REFERENCE} throughput: {versus}")
     for n in names:
         if "cost_vs_proxy" in paths[n]:
             cost = ", ".join(f"{LABELS[w].split(',')[0]} {c * 100:.1f}%" for w, c in paths[n]["cost_vs_proxy"].items())

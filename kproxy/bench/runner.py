@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kproxy.bench import workloads
+from kproxy.bench.reference import haproxy_path
 from kproxy.broker import start_broker
 from kproxy.proxy_process import start_proxy
 
@@ -26,6 +27,7 @@ from kproxy.proxy_process import start_proxy
 THROUGHPUT_TARGETS = {"batched_produce": 0.90, "consume": 0.90, "unbatched_produce": 0.85}
 ADDED_P99_TARGET_MS = 1.0
 TRACING_COST_TARGET = 0.05  # headers-level tracing: at most 5% of proxy throughput
+REFERENCE = "haproxy"  # the reference path's name in results
 
 
 @dataclass
@@ -38,6 +40,7 @@ class BenchConfig:
     rate: int = 500  # records/s for the latency run
     latency_seconds: float = 4.0
     trace_levels: tuple[str, ...] = ()  # extra proxies with --traces at these levels
+    reference: bool = False  # also run through HAProxy (TCP mode) in front of a second embedded broker
     memory_check: bool = True
     work_dir: Path | None = None
 
@@ -128,12 +131,15 @@ def _environment(config: BenchConfig) -> Iterator[tuple[str, dict[str, Any]]]:
             )
             stack.callback(traced.stop)
             proxies[f"proxy+trace:{level}"] = traced
-        yield bootstrap, proxies
+        references: dict[str, str] = {}
+        if config.reference:
+            references[REFERENCE] = stack.enter_context(haproxy_path(work))
+        yield bootstrap, proxies, references
 
 
 def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    with _environment(config) as (bootstrap, proxies):
-        paths = {"direct": bootstrap, **{name: p.bootstrap for name, p in proxies.items()}}
+    with _environment(config) as (bootstrap, proxies, references):
+        paths = {"direct": bootstrap, **{name: p.bootstrap for name, p in proxies.items()}, **references}
         results = {name: PathResult() for name in paths}
         names = list(paths)
         for rnd in range(config.rounds):
@@ -187,6 +193,12 @@ def summarise(results: dict[str, PathResult], config: BenchConfig, memory: dict[
             out["paths"][name]["cost_vs_proxy"] = cost
             if name.endswith(":headers"):
                 checks["tracing_headers_cost"] = max(cost.values()) <= TRACING_COST_TARGET
+    if REFERENCE in out["paths"]:
+        ref = out["paths"][REFERENCE]
+        out["proxy_vs_reference"] = {
+            w: proxy[w]["records_per_s"] / ref[w]["records_per_s"] for w in THROUGHPUT_TARGETS
+        }
+        out["reference_added_p99_ms"] = ref["latency_ms"].get("p99", 0.0) - direct_p99
     if memory is not None:
         out["memory"] = memory
         # Bounded: the second half of the busy period adds little to the first.

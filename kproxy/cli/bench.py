@@ -26,6 +26,10 @@ import click
               help="Length of each fixed-rate latency run.")
 @click.option("--trace", "trace_levels", multiple=True, type=click.Choice(["headers", "records"]),
               help="Also run through a proxy tracing at this level (repeatable) and report tracing's cost.")
+@click.option("--reference", is_flag=True,
+              help="Also run every workload through HAProxy in TCP mode (Debian's haproxy package) in front of a "
+                   "second embedded broker: what any extra hop costs on this machine, measured in the same run. "
+                   "Needs the embedded broker (no --bootstrap).")
 @click.option("--no-memory", is_flag=True, help="Skip the 100 idle + 10 busy connections memory check.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the full results as JSON here.")
@@ -35,7 +39,7 @@ import click
               help="Keep broker/proxy logs and traces here (default: a temporary directory).")
 @click.option("--strict", is_flag=True, help="Exit 1 if any target is missed.")
 def bench(bootstrap, rounds, batched_records, consume_passes, small_records, rate, latency_seconds, trace_levels,  # noqa: ANN001
-          no_memory, out, plot, work_dir, strict) -> None:
+          reference, no_memory, out, plot, work_dir, strict) -> None:
     """Measure the proxy against a direct connection, side by side in one run.
 
     Runs the same confluent-kafka workloads (1 KiB batched produce with
@@ -49,15 +53,24 @@ def bench(bootstrap, rounds, batched_records, consume_passes, small_records, rat
 
     from kproxy.bench.report import format_table
     from kproxy.bench.report import plot as plot_result
+    from kproxy.bench.reference import haproxy_binary
     from kproxy.bench.runner import BenchConfig, run_bench
+    from kproxy.broker import BrokerError
 
+    if reference:
+        if bootstrap is not None:
+            raise click.UsageError("--reference starts its own broker behind HAProxy; it cannot use --bootstrap")
+        try:
+            haproxy_binary()
+        except BrokerError as exc:
+            raise click.UsageError(str(exc)) from exc
     config = BenchConfig(
         bootstrap=bootstrap, rounds=rounds, batched_records=batched_records, consume_passes=consume_passes,
         small_records=small_records,
-        rate=rate, latency_seconds=latency_seconds, trace_levels=tuple(trace_levels),
+        rate=rate, latency_seconds=latency_seconds, trace_levels=tuple(trace_levels), reference=reference,
         memory_check=not no_memory, work_dir=work_dir,
     )
-    steps = rounds * (2 + len(trace_levels)) + (0 if no_memory else 1)
+    steps = rounds * (2 + len(trace_levels) + int(reference)) + (0 if no_memory else 1)
     with tqdm(total=steps, desc="bench", unit="step", file=sys.stderr) as bar:
         def progress(what: str) -> None:
             bar.set_postfix_str(what)
