@@ -47,6 +47,9 @@ DRAIN_TIMEOUT = 30.0
 CUT_THROUGH_BYTES = 64 * 1024
 # Skipped record bytes at least this many go through splice rather than recv/send.
 SPLICE_MIN_BYTES = 16 * 1024
+# A request streamed to the broker is decided on this many of its first bytes
+# (the header, and for Produce the transactional id and acks behind it).
+STREAM_REQUEST_HEAD_BYTES = 1024
 # First read after a cut-through response: the next response on such a
 # connection is likely large too, and only its head needs to pass through
 # Python (a full-size read would copy up to RECV_BYTES of it in user space).
@@ -117,6 +120,7 @@ class ClientConnection:
         self.client_done = False
         self.drained = trio.Event()
         self.closed = trio.Event()
+        self._request_pipe: splice.SplicePipe | None = None  # made on the first streamed request
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,70 +194,142 @@ class ClientConnection:
     async def _pump_requests(self) -> None:
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
         client = self.client
+        can_stream = splice.available()
+        stream_refused = False  # the incomplete frame must arrive whole (it is inspected)
+        try:
+            while True:
+                try:
+                    data = await client.recv(net.RECV_BYTES)
+                except OSError as exc:
+                    raise ConnectionClosed("client_closed", f"client read failed: {exc}") from None
+                if not data:
+                    try:
+                        frames.check_eof()
+                    except FrameError as exc:
+                        metrics.protocol_errors.labels(exc.reason).inc()
+                        raise ConnectionClosed(exc.reason, f"client sent a truncated frame: {exc}") from None
+                    await self._client_eof()
+                    return
+                _REQUEST_BYTES.inc(len(data))
+                try:
+                    block, offsets = frames.feed(data)
+                except FrameError as exc:
+                    metrics.protocol_errors.labels(exc.reason).inc()
+                    raise ConnectionClosed(exc.reason, f"client sent a bad frame: {exc}") from None
+                if offsets:
+                    stream_refused = False
+                    await self._forward_requests(block, offsets)
+                if (
+                    can_stream
+                    and not stream_refused
+                    and frames.pending_frame_size >= CUT_THROUGH_BYTES
+                    and frames.pending >= STREAM_REQUEST_HEAD_BYTES
+                ):
+                    stream_refused = not await self._stream_request(frames)
+        finally:
+            if self._request_pipe is not None:
+                self._request_pipe.close()
+
+    async def _forward_requests(self, block: bytes, offsets: list[int]) -> None:
+        """Forward the complete request frames of one read, inspecting those that need it."""
         inspect = self.proxy.inspector
+        # Read per block, not once per connection: a rule added at run time
+        # must reach connections that are already open.
         slow_apis = inspect.slow_request_apis
-        clock = trio.current_time
         order = self.order
         in_flight = self.in_flight
         frames_counter = self.proxy.request_frame_counters
         tracing = self.proxy.trace is not None
-        while True:
+        now = trio.current_time()
+        run_start = offsets[0]  # start of the run of frames forwarded untouched
+        ends = offsets[1:]
+        ends.append(len(block))
+        for start, end in zip(offsets, ends):
             try:
-                data = await client.recv(net.RECV_BYTES)
-            except OSError as exc:
-                raise ConnectionClosed("client_closed", f"client read failed: {exc}") from None
-            if not data:
-                try:
-                    frames.check_eof()
-                except FrameError as exc:
-                    metrics.protocol_errors.labels(exc.reason).inc()
-                    raise ConnectionClosed(exc.reason, f"client sent a truncated frame: {exc}") from None
-                await self._client_eof()
-                return
-            _REQUEST_BYTES.inc(len(data))
-            try:
-                block, offsets = frames.feed(data)
-            except FrameError as exc:
-                metrics.protocol_errors.labels(exc.reason).inc()
-                raise ConnectionClosed(exc.reason, f"client sent a bad frame: {exc}") from None
-            if not offsets:
+                header = parse_request_header(block, start + 4)
+            except DecodeError as exc:
+                metrics.protocol_errors.labels("undecodable").inc()
+                raise ConnectionClosed("undecodable", f"client sent an undecodable request header: {exc}") from None
+            api_key = header.api_key
+            counter = frames_counter.get(api_key)
+            if counter is None:
+                counter = self.proxy.request_counter(api_key)
+            counter.inc()
+            ex = Exchange(api_key, header.api_version, header.correlation_id, header.client_id, now)
+            if api_key not in slow_apis and (
+                api_key != apis.PRODUCE or inspect.produce_is_plain(block, start + 4, header, ex)
+            ):
+                if ex.expects_response:
+                    order.append(ex)
+                    in_flight[header.correlation_id] = ex
+                ex.sent = now
+                if tracing:
+                    await inspect.trace_fast_request(self, ex, end - start - 4)
                 continue
-            now = clock()
-            run_start = offsets[0]  # start of the run of frames forwarded untouched
-            ends = offsets[1:]
-            ends.append(len(block))
-            for start, end in zip(offsets, ends):
-                try:
-                    header = parse_request_header(block, start + 4)
-                except DecodeError as exc:
-                    metrics.protocol_errors.labels("undecodable").inc()
-                    raise ConnectionClosed("undecodable", f"client sent an undecodable request header: {exc}") from None
-                api_key = header.api_key
-                counter = frames_counter.get(api_key)
-                if counter is None:
-                    counter = self.proxy.request_counter(api_key)
-                counter.inc()
-                ex = Exchange(api_key, header.api_version, header.correlation_id, header.client_id, now)
-                if api_key not in slow_apis and (
-                    api_key != apis.PRODUCE or inspect.produce_is_plain(block, start + 4, header, ex)
-                ):
-                    if ex.expects_response:
-                        order.append(ex)
-                        in_flight[header.correlation_id] = ex
-                    ex.sent = now
-                    if tracing:
-                        await inspect.trace_fast_request(self, ex, end - start - 4)
-                    continue
-                # Off the fast path: forward what came before untouched, then
-                # let the inspector decide what happens to this frame.
-                if run_start < start:
-                    await self.send_upstream(block[run_start:start])
-                run_start = end
-                ex.header = header
-                ex.frame = block[start:end]
-                await inspect.on_request(self, ex)
-            if run_start < len(block):
-                await self.send_upstream(block[run_start:] if run_start else block)
+            # Off the fast path: forward what came before untouched, then
+            # let the inspector decide what happens to this frame.
+            if run_start < start:
+                await self.send_upstream(block[run_start:start])
+            run_start = end
+            ex.header = header
+            ex.frame = block[start:end]
+            await inspect.on_request(self, ex)
+        if run_start < len(block):
+            await self.send_upstream(block[run_start:] if run_start else block)
+
+    # A large request that nothing needs whole (a batched Produce of a plain
+    # producer) goes to the broker as it arrives, its body spliced client ->
+    # pipe -> broker in the kernel, instead of being gathered and copied.
+
+    async def _stream_request(self, frames: FrameBuffer) -> bool:
+        """Stream the incomplete request frame if it may pass untouched; False if it must arrive whole."""
+        head = frames.peek_pending(STREAM_REQUEST_HEAD_BYTES)
+        try:
+            header = parse_request_header(head, 4)
+        except DecodeError:
+            return False  # a header longer than the peek: the whole-frame path reads (or refuses) it
+        inspect = self.proxy.inspector
+        api_key = header.api_key
+        ex = Exchange(api_key, header.api_version, header.correlation_id, header.client_id, trio.current_time())
+        if api_key in inspect.slow_request_apis or (
+            api_key == apis.PRODUCE and not inspect.produce_is_plain(head, 4, header, ex)
+        ):
+            return False
+        proxy = self.proxy
+        counter = proxy.request_frame_counters.get(api_key) or proxy.request_counter(api_key)
+        counter.inc()
+        size = frames.pending_frame_size
+        if ex.expects_response:
+            self.order.append(ex)
+            self.in_flight[header.correlation_id] = ex
+        ex.sent = ex.arrived
+        if proxy.trace is not None:
+            await inspect.trace_fast_request(self, ex, size - 4)
+        head_bytes = frames.take_pending()
+        if self._request_pipe is None:
+            self._request_pipe = splice.SplicePipe()
+        # The upstream lock is held from the first byte to the last: nothing
+        # else (a delayed or duplicated request) may land inside this frame.
+        lock = self.upstream_lock
+        await lock.acquire()
+        try:
+            await self._send_upstream_locked(head_bytes)
+            rest = size - len(head_bytes)
+            try:
+                await self._request_pipe.forward_locked(self.client, self.upstream, rest)
+            except EOFError:
+                metrics.protocol_errors.labels("truncated_frame").inc()
+                raise ConnectionClosed(
+                    "truncated_frame", f"client closed the connection inside a {size}-byte request"
+                ) from None
+            except splice.SourceFailed as exc:
+                raise ConnectionClosed("client_closed", f"client read failed: {exc}") from None
+            except splice.SinkFailed as exc:
+                raise ConnectionClosed("upstream_closed", f"broker connection failed while sending: {exc}") from None
+            _REQUEST_BYTES.inc(rest)
+        finally:
+            lock.release()
+        return True
 
     async def _client_eof(self) -> None:
         """The client closed its side: finish answering, then close (half-close)."""
@@ -278,20 +354,24 @@ class ClientConnection:
             self.in_flight[ex.correlation_id] = ex
 
     async def send_upstream(self, data: bytes) -> None:
-        sock = self.upstream
-        if sock is None:
-            return
         lock = self.upstream_lock
         if lock.locked():
             await lock.acquire()
         else:
             lock.acquire_nowait()
         try:
+            await self._send_upstream_locked(data)
+        finally:
+            lock.release()
+
+    async def _send_upstream_locked(self, data: bytes) -> None:
+        sock = self.upstream
+        if sock is None:
+            return
+        try:
             await net.send_all(sock, data)
         except OSError as exc:
             raise ConnectionClosed("upstream_closed", f"broker connection failed while sending: {exc}") from None
-        finally:
-            lock.release()
 
     # ------------------------------------------------------------------ broker -> client
 

@@ -70,6 +70,10 @@ class SplicePipe:
         finally:
             dst_lock.release()
 
+    async def forward_locked(self, src: trio.socket.SocketType, dst: trio.socket.SocketType, n: int) -> None:
+        """As forward, for a caller that already holds dst's lock."""
+        await self._move(src, dst, n)
+
     async def _move(self, src: trio.socket.SocketType, dst: trio.socket.SocketType, n: int) -> None:
         src_fd = src.fileno()
         dst_fd = dst.fileno()
