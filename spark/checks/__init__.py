@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from spark.checks.abort_position import POSITIONS, abort_positions
+from spark.checks.causes import CAUSES, with_causes
 from spark.checks.contiguity import (
     internal_poll_pairs,
     read_neighbours,
@@ -123,8 +124,8 @@ def history_checks(ops: DataFrame, cache: bool = True, names=None) -> dict[str, 
         "G1a": aborted_reads(mops),
         "lost-write": lost_writes(mops, vo),
         "unseen": unseen(mops),
-        "poll-skip": skips(polls, vo, ["index", "key"]),
-        "nonmonotonic-poll": nonmonotonic(polls),
+        "poll-skip": with_causes(skips(polls, vo, ["index", "key"]), mops, vo, changes, skip=True),
+        "nonmonotonic-poll": with_causes(nonmonotonic(polls), mops, vo, changes, skip=False),
         "nonmonotonic-send": nonmonotonic(sent),
         "int-poll-skip": skips(int_polls, vo, ["index", "key", "prev_vo_index", "vo_index"]),
         "int-send-skip": skips(int_sends, vo, ["index", "key", "prev_vo_index", "vo_index"]),
@@ -142,6 +143,7 @@ def history_checks(ops: DataFrame, cache: bool = True, names=None) -> dict[str, 
 
 __all__ = [
     "ANOMALY_NAMES",
+    "CAUSES",
     "INFORMATIONAL",
     "POSITIONS",
     "allowed_anomalies",
