@@ -9,7 +9,7 @@ is what `fault-impact` counts. docs/analysis.md describes each anomaly.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark.history import flatten_mops, key_partitions, sends
@@ -42,6 +42,117 @@ FETCHED_COLUMNS = (
 )
 
 _END_TXN = F.struct(*[F.col(f"end_{c}").alias(c) for c in END_TXN_ATTRIBUTION])
+
+# --- explanations: one plain sentence per case, built from its own fields --
+
+# How a fault action reads in a sentence: text before and after the rule's name.
+_ACTED = {
+    "duplicate": ("duplicated by rule '", "'"),
+    "delay": ("delayed by rule '", "'"),
+    "hold": ("held back by rule '", "'"),
+    "drop": ("dropped by rule '", "'"),
+    "drop_response": ("its response dropped by rule '", "'"),
+    "respond": ("answered by the proxy (rule '", "')"),
+    "replace_error": ("its answer replaced with an error by rule '", "'"),
+    "rewrite": ("rewritten by rule '", "'"),
+    "disconnect": ("its connection closed by rule '", "'"),
+}
+
+
+def _error_names() -> Column:
+    from kio.schema.errors import ErrorCode
+
+    return F.create_map(*[x for e in ErrorCode for x in (F.lit(int(e)), F.lit(e.name.upper()))])
+
+
+def _error(code: Column) -> Column:
+    """An error code as Kafka names it (the number when kio does not know it)."""
+    return F.coalesce(F.element_at(_error_names(), code), code.cast("string"))
+
+
+def _errors(codes: Column) -> Column:
+    return F.array_join(F.transform(codes, _error), ", ")
+
+
+def _acted(rule: Column, action: Column) -> Column:
+    """'duplicated by rule 'x'' and the like; null when no rule acted."""
+    phrase = F.concat(F.lit("handled by rule '"), rule, F.lit("' (action "), F.coalesce(action, F.lit("?")), F.lit(")"))
+    for name, (before, after) in reversed(_ACTED.items()):
+        phrase = F.when(action == name, F.concat(F.lit(before), rule, F.lit(after))).otherwise(phrase)
+    return F.when(rule.isNotNull(), phrase)
+
+
+def _pairs(pairs: Column) -> Column:
+    """[key, value] pairs as Kafka engineers write records: [3,0] [0,15]."""
+    return F.array_join(
+        F.transform(pairs, lambda p: F.concat(F.lit("["), p[0].cast("string"), F.lit(","), p[1].cast("string"), F.lit("]"))),
+        " ",
+    )
+
+
+def _numbers(values: Column) -> Column:
+    return F.array_join(F.transform(values, lambda v: v.cast("string")), ", ")
+
+
+def _at(conn: Column, correlation: Column) -> Column:
+    return F.concat(F.lit("(conn "), conn.cast("string"), F.lit(", correlation id "), correlation.cast("string"), F.lit(")"))
+
+
+def _delivered_in(hazard: Column, broker_txn: Column) -> Column:
+    return F.when(
+        hazard == "stale_end_txn", F.concat(F.lit("delivered while broker txn "), broker_txn.cast("string"), F.lit(" was open"))
+    ).otherwise(F.concat(
+        F.lit("delivered in broker txn "), broker_txn.cast("string"),
+        F.coalesce(F.concat(F.lit(" ("), hazard, F.lit(")")), F.lit("")),
+    ))
+
+
+def _end_txn_phrase(end: Column) -> Column:
+    """'the EndTxn(commit) of client txn 4, duplicated by rule 'r' and delivered
+    while broker txn 5 was open (conn 8, correlation id 15)' for one END_TXN struct."""
+    kind = F.when(end["end_txn_commit"], F.lit("commit")).otherwise(F.lit("abort"))
+    acted = _acted(end["rule"], end["action"])
+    return F.concat(
+        F.lit("the EndTxn("), kind, F.lit(") of client txn "), end["txn_client"].cast("string"),
+        F.when(end["hazard"].isNotNull(), F.concat(
+            F.lit(", "), F.coalesce(F.concat(acted, F.lit(" and ")), F.lit("")),
+            _delivered_in(end["hazard"], end["txn_broker"]),
+        )).otherwise(F.coalesce(F.concat(F.lit(", "), acted), F.lit(""))),
+        F.lit(" "), _at(end["conn_id"], end["correlation_id"]),
+    )
+
+
+def _rules_involved(rules: Column) -> Column:
+    return F.when(F.size(rules) > 0, F.concat(
+        F.lit("; fault rules involved: "),
+        F.array_join(F.transform(rules, lambda r: F.concat(F.lit("'"), r, F.lit("'"))), ", "),
+    )).otherwise(F.lit(""))
+
+
+def _end_txn_cause(stale: Column, deciding: Column | None, rules: Column) -> Column:
+    """'; cause: <the stale EndTxns>' or, when no EndTxn with a hazard decided
+    the records, what did (the deciding EndTxns, the rules involved)."""
+    def phrases(ends: Column) -> Column:
+        return F.array_join(F.transform(ends, _end_txn_phrase), "; and ")
+
+    otherwise = F.lit("; no EndTxn with a hazard decided them")
+    if deciding is not None:
+        otherwise = F.concat(otherwise, F.when(
+            F.size(deciding) > 0, F.concat(F.lit(" (they were decided by "), phrases(deciding), F.lit(")"))
+        ).otherwise(F.lit("")))
+    otherwise = F.concat(otherwise, _rules_involved(rules))
+    return F.when(F.size(stale) > 0, F.concat(F.lit("; cause: "), phrases(stale))).otherwise(otherwise)
+
+
+def _client_outcome(type_: Column, error: Column, f: Column | None = None) -> Column:
+    ok = F.lit("client committed") if f is None else F.when(f == "txn", F.lit("client committed")).otherwise(
+        F.lit("client acknowledged"))
+    return (
+        F.when(type_ == "ok", ok)
+        .when((type_ == "fail") & (error == "aborted"), F.lit("client aborted"))
+        .when(type_ == "fail", F.concat(F.lit("client failed: "), F.coalesce(error, F.lit("no error given"))))
+        .otherwise(F.concat(F.lit("client outcome unknown: "), F.coalesce(error, F.lit("no error given"))))
+    )
 
 
 def history_sends(ops: DataFrame) -> DataFrame:
@@ -139,15 +250,40 @@ def torn_transactions(sent: DataFrame, log: DataFrame) -> DataFrame:
     )
     both = by_op.unionByName(by_wire_txn)
     torn = both.where((F.size("committed") > 0) & (F.size("aborted") > 0))
+    which = F.when(
+        F.col("source") == "history",
+        F.format_string("txn op %s (process %s, %s, %s)", "index", "process", "transactional_id",
+                        _client_outcome(F.col("client_type"), F.col("client_error"))),
+    ).otherwise(F.format_string(
+        "client txn %s of %s (producer %s, in no history op)", _numbers(F.col("txn_clients")),
+        "transactional_id", "producer_id",
+    ))
     return torn.withColumn(
         "explanation",
         F.concat(
-            F.lit("records "), F.to_json("committed"), F.lit(" committed, "), F.to_json("aborted"),
-            F.lit(" aborted; client-side txn "), F.concat_ws(",", "txn_clients"),
-            F.lit(", broker-side txn "), F.concat_ws(",", "txn_brokers"),
-            F.lit("; stale EndTxn: "), F.to_json("stale_end_txns"),
+            which, F.lit(": records "), _pairs(F.col("committed")), F.lit(" committed but "),
+            _pairs(F.col("aborted")), F.lit(" aborted"),
+            F.when(F.size("unknown") > 0, F.concat(F.lit(", and "), _pairs(F.col("unknown")), F.lit(" of unknown fate")))
+            .otherwise(F.lit("")),
+            _end_txn_cause(F.col("stale_end_txns"), F.col("end_txns"), F.col("rules")),
         ),
     ).orderBy(F.col("index").asc_nulls_last(), "transactional_id")
+
+
+def _mismatch_explanation() -> Column:
+    def also(word: str, col: str) -> Column:
+        return F.when(F.size(col) > 0, F.concat(F.lit(f" (and {word} "), _pairs(F.col(col)), F.lit(")"))).otherwise(F.lit(""))
+
+    said = F.format_string("%s op %s (process %s, %s)", "f", "index", "process",
+                           _client_outcome(F.col("client_type"), F.col("client_error"), F.col("f")))
+    wire = F.when(
+        F.col("direction") == "client-fail-wire-committed",
+        F.concat(F.lit(" but the wire committed "), _pairs(F.col("committed")), also("aborted", "aborted")),
+    ).otherwise(F.concat(F.lit(" but the wire aborted "), _pairs(F.col("aborted")), also("committed", "committed")))
+    # A plain send has no EndTxn to blame: only the rules involved can speak for it.
+    cause = F.when(F.col("f") == "txn", _end_txn_cause(F.col("stale_end_txns"), None, F.col("rules"))).otherwise(
+        _rules_involved(F.col("rules")))
+    return F.concat(said, wire, cause)
 
 
 def client_outcome_mismatches(sent: DataFrame, log: DataFrame) -> DataFrame:
@@ -177,10 +313,7 @@ def client_outcome_mismatches(sent: DataFrame, log: DataFrame) -> DataFrame:
         .where(F.col("direction").isNotNull())
         .select("index", "time", "process", "f", "client_type", "client_error", "direction",
                 "committed", "aborted", "txn_clients", "txn_brokers", "stale_end_txns", "rules",
-                F.format_string("op %s (%s %s%s): wire committed %s, aborted %s; rules %s",
-                                "index", "f", "client_type",
-                                F.coalesce(F.concat(F.lit(" "), "client_error"), F.lit("")),
-                                F.to_json("committed"), F.to_json("aborted"), F.to_json("rules")).alias("explanation"))
+                _mismatch_explanation().alias("explanation"))
         .orderBy("index")
     )
 
@@ -213,9 +346,12 @@ def spurious_offsets(sent: DataFrame, attempts: DataFrame) -> DataFrame:
     return joined.where((F.col("any_error") == 1) & (F.col("any_ok") == 0)).select(
         "index", "time", "process", "type", "key", "value", F.col("offset").alias("client_offset"),
         "error_codes", "errored_produces", "rules",
-        F.format_string("op %s reported key %s value %s at offset %s; every Produce of it got error %s; rules %s",
-                        "index", "key", "value", "offset", F.to_json("error_codes"), F.to_json("rules"))
-        .alias("explanation"),
+        F.concat(
+            F.format_string("op %s (process %s) reported key %s value %s at offset %s, but every Produce of it was"
+                            " answered with an error (%s)", "index", "process", "key", "value", "offset",
+                            _errors(F.col("error_codes"))),
+            _rules_involved(F.col("rules")),
+        ).alias("explanation"),
     ).orderBy("index", "key")
 
 
@@ -238,9 +374,18 @@ def ambiguous_errors(sent: DataFrame, attempts: DataFrame, fetched: DataFrame) -
             "index", "client_type", "client_error",
             F.col("key_long").alias("key"), F.col("value_long").alias("value"),
             "topic", "partition", "read_offsets", "error_codes", "errored_produces", "rules",
-            F.format_string("key %s value %s answered with error %s, yet read at %s-%s offset %s; client saw %s",
-                            "key_long", "value_long", F.to_json("error_codes"), "topic", "partition",
-                            F.to_json("read_offsets"), F.coalesce("client_type", F.lit("-"))).alias("explanation"),
+            F.concat(
+                F.format_string("every Produce of key %s value %s was answered with an error (%s), yet a Fetch read it"
+                                " from %s partition %s at offset %s; the client saw %s",
+                                "key_long", "value_long", _errors(F.col("error_codes")), "topic", "partition",
+                                _numbers(F.col("read_offsets")),
+                                F.coalesce(F.concat(F.lit("op "), F.col("index").cast("string"), F.lit(" "),
+                                                    F.col("client_type"),
+                                                    F.coalesce(F.concat(F.lit(" ("), "client_error", F.lit(")")),
+                                                               F.lit(""))),
+                                           F.lit("no history op for it"))),
+                _rules_involved(F.col("rules")),
+            ).alias("explanation"),
         )
         .orderBy("key", "value")
     )
@@ -256,10 +401,16 @@ def stale_end_txns(traces: DataFrame) -> DataFrame:
             F.col("txn_pid").alias("producer_id"), F.col("txn_epoch").alias("producer_epoch"),
             "txn_client", "txn_broker", "end_txn_commit", "hazard", "rule", "action", "outcome",
             "response_error_code", F.array_compact(F.array("rule")).alias("rules"),
-            F.format_string(
-                "EndTxn(%s) of client txn %s delivered in broker txn %s (%s), conn %s corr %s copy %s, rule %s/%s",
-                F.when(F.col("end_txn_commit"), "commit").otherwise("abort"), "txn_client", "txn_broker", "hazard",
-                "conn_id", "correlation_id", "copy", F.coalesce("rule", F.lit("-")), F.coalesce("action", F.lit("-")),
+            F.concat(
+                F.format_string("EndTxn(%s) of client txn %s from %s (producer %s, epoch %s), ",
+                                F.when(F.col("end_txn_commit"), "commit").otherwise("abort"), "txn_client",
+                                "transactional_id", "txn_pid", "txn_epoch"),
+                F.coalesce(F.concat(_acted(F.col("rule"), F.col("action")), F.lit(" and ")), F.lit("")),
+                _delivered_in(F.col("hazard"), F.col("txn_broker")), F.lit(" "),
+                _at(F.col("conn_id"), F.col("correlation_id")),
+                F.when(F.col("response_error_code").isNull(), F.lit("; no response was traced"))
+                .when(F.col("response_error_code") == 0, F.lit("; the broker accepted it"))
+                .otherwise(F.concat(F.lit("; the broker answered "), _error(F.col("response_error_code")))),
             ).alias("explanation"),
         )
         .orderBy("mono_ns", "conn_id", "correlation_id", "copy")
@@ -286,10 +437,15 @@ def late_produces(attempts: DataFrame) -> DataFrame:
             F.array_sort(F.collect_set("landed_offset")).alias("landed_offsets"),
         )
         .withColumn("rules", F.array_compact(F.array("rule")))
-        .withColumn("explanation", F.format_string(
-            "Produce %s of client txn %s landed in broker txn %s at offsets %s, conn %s corr %s, rule %s/%s",
-            F.to_json("records"), "txn_client", "txn_broker", F.to_json("landed_offsets"), "conn_id",
-            "correlation_id", F.coalesce("rule", F.lit("-")), F.coalesce("action", F.lit("-")),
+        .withColumn("explanation", F.concat(
+            F.format_string("Produce of records %s in client txn %s of %s (producer %s), ",
+                            _pairs(F.col("records")), "txn_client", "transactional_id", "producer_id"),
+            F.coalesce(F.concat(_acted(F.col("rule"), F.col("action")), F.lit(" and ")), F.lit("")),
+            _delivered_in(F.lit("stale_end_txn"), F.col("txn_broker")), F.lit(" "),
+            _at(F.col("conn_id"), F.col("correlation_id")),
+            F.when(F.size("landed_offsets") == 1, F.concat(F.lit(", landed at offset "), _numbers(F.col("landed_offsets"))))
+            .when(F.size("landed_offsets") > 1, F.concat(F.lit(", landed at offsets "), _numbers(F.col("landed_offsets"))))
+            .otherwise(F.lit(", did not land (error or no response)")),
         ))
         .orderBy("mono_ns", "conn_id", "correlation_id", "copy")
     )
@@ -322,11 +478,17 @@ def broker_aborted_reads(fetched: DataFrame, log: DataFrame) -> DataFrame:
                 F.collect_set("rule"),
             )).alias("rules"),
         )
-        .withColumn("explanation", F.format_string(
-            "read_committed Fetch (conn %s corr %s) returned %s aborted record(s) of %s-%s at offsets %s (known by %s)%s",
-            "conn_id", "correlation_id", "aborted_records", "topic", "partition", F.to_json("offsets"),
-            F.concat_ws(",", "known_by"),
-            F.coalesce(F.concat(F.lit("; response rewritten by rule "), "response_rule"), F.lit("; broker")),
+        .withColumn("explanation", F.concat(
+            F.lit("a read_committed Fetch"), F.coalesce(F.concat(F.lit(" by "), "client_id"), F.lit("")), F.lit(" "),
+            _at(F.col("conn_id"), F.col("correlation_id")),
+            F.format_string(" returned %s record(s) of aborted transactions: topic %s partition %s at offset(s) %s"
+                            " (aborted per %s)",
+                            "aborted_records", "topic", "partition", _numbers(F.col("offsets")),
+                            F.array_join(F.transform("known_by", lambda k: F.when(k == "end_txn", F.lit("the EndTxn"))
+                                                     .when(k == "marker", F.lit("the log's markers")).otherwise(k)),
+                                         " and ")),
+            F.coalesce(F.concat(F.lit("; the response was rewritten by rule '"), "response_rule", F.lit("'")),
+                       F.lit("; the broker sent them")),
         ))
         .orderBy("mono_ns", "conn_id", "correlation_id")
     )

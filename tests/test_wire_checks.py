@@ -33,26 +33,45 @@ def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tm
     assert (stale["conn_id"], stale["correlation_id"], stale["copy"]) == (1, 3, 1)
     assert (stale["rule"], stale["action"]) == ("torn", "duplicate")
     assert torn["rules"] == ["torn"]
+    assert torn["explanation"] == (
+        "txn op 2 (process 0, tx-0, client aborted): records [7,2] [7,3] committed but [7,1] aborted;"
+        " cause: the EndTxn(commit) of client txn 1, duplicated by rule 'torn' and delivered while broker txn 2"
+        " was open (conn 1, correlation id 3)"
+    )
 
     [end] = found["stale-end-txn"]
     assert (end["txn_client"], end["txn_broker"], end["hazard"], end["rule"]) == (1, 2, "stale_end_txn", "torn")
     assert (end["transactional_id"], end["producer_id"]) == (TID, PID)
-    assert end["explanation"] == ("EndTxn(commit) of client txn 1 delivered in broker txn 2 (stale_end_txn),"
-                                  " conn 1 corr 3 copy 1, rule torn/duplicate")
+    assert end["explanation"] == (
+        "EndTxn(commit) of client txn 1 from tx-0 (producer 1000, epoch 0), duplicated by rule 'torn' and"
+        " delivered while broker txn 2 was open (conn 1, correlation id 3); the broker accepted it"
+    )
 
     [late] = found["late-produce"]
     assert late["records"] == [[7, 2], [7, 3]] and late["landed_offsets"] == [2, 3]
     assert (late["txn_client"], late["txn_broker"], late["rule"]) == (1, 2, "torn")
+    assert late["explanation"] == (
+        "Produce of records [7,2] [7,3] in client txn 1 of tx-0 (producer 1000), delayed by rule 'torn' and"
+        " delivered while broker txn 2 was open (conn 1, correlation id 2), landed at offsets 2, 3"
+    )
 
     [mismatch] = found["client-outcome-mismatch"]
     assert mismatch["direction"] == "client-fail-wire-committed" and mismatch["index"] == 2
     assert mismatch["committed"] == [[7, 2], [7, 3]]
+    assert mismatch["explanation"] == (
+        "txn op 2 (process 0, client aborted) but the wire committed [7,2] [7,3] (and aborted [7,1]);"
+        " cause: the EndTxn(commit) of client txn 1, duplicated by rule 'torn' and delivered while broker txn 2"
+        " was open (conn 1, correlation id 3)"
+    )
 
     [aborted_read] = found["broker-aborted-read"]
     assert aborted_read["offsets"] == [0] and aborted_read["records"] == [[7, 1]]
     # The traced record is decided by the EndTxn(abort) the broker applied after it.
     assert aborted_read["known_by"] == ["end_txn"]
-    assert aborted_read["explanation"].endswith("at offsets [0] (known by end_txn); broker")
+    assert aborted_read["explanation"] == (
+        "a read_committed Fetch (conn 2, correlation id 1) returned 1 record(s) of aborted transactions:"
+        " topic t partition 0 at offset(s) 0 (aborted per the EndTxn); the broker sent them"
+    )
 
     impact = {(r["rule"], r["anomaly"]): r["cases"] for r in found["fault-impact"]}
     assert impact[("torn", "torn-transaction")] == 1
@@ -82,6 +101,10 @@ def test_wire_only_transactions_are_checked_by_their_client_side_number(spark, t
     [torn] = found["torn-transaction"]
     assert torn["source"] == "wire" and torn["index"] is None
     assert torn["txn_clients"] == [1] and torn["committed"] == [[7, 2], [7, 3]] and torn["aborted"] == [[7, 1]]
+    assert torn["explanation"].startswith(
+        "client txn 1 of tx-0 (producer 1000, in no history op): records [7,2] [7,3] committed but [7,1] aborted;"
+        " cause: the EndTxn(commit) of client txn 1, duplicated by rule 'torn'"
+    )
     assert found["client-outcome-mismatch"] == []
 
 
@@ -95,6 +118,11 @@ def test_client_ok_but_wire_aborted_is_a_mismatch(spark, tmp_path):
     [mismatch] = found["client-outcome-mismatch"]
     assert mismatch["direction"] == "client-ok-wire-aborted"
     assert mismatch["aborted"] == [[7, 1], [7, 2], [7, 3]]
+    # No EndTxn with a hazard decided them; the delayed Produce's rule is all there is to point at.
+    assert mismatch["explanation"] == (
+        "txn op 2 (process 0, client committed) but the wire aborted [7,1] [7,2] [7,3];"
+        " no EndTxn with a hazard decided them; fault rules involved: 'torn'"
+    )
 
 
 def test_spurious_offset_and_ambiguous_error(spark, tmp_path):
@@ -103,16 +131,25 @@ def test_spurious_offset_and_ambiguous_error(spark, tmp_path):
     [spurious] = found["spurious-offset"]
     assert (spurious["key"], spurious["value"], spurious["client_offset"]) == (8, 1, 0)
     assert spurious["error_codes"] == [7] and spurious["rules"] == ["err"]
+    assert spurious["explanation"] == (
+        "op 3 (process 0) reported key 8 value 1 at offset 0, but every Produce of it was answered with an error"
+        " (REQUEST_TIMED_OUT); fault rules involved: 'err'"
+    )
 
     [ambiguous] = found["ambiguous-error"]
     assert (ambiguous["key"], ambiguous["value"], ambiguous["topic"]) == (9, 5, "u")
     assert ambiguous["read_offsets"] == [0] and ambiguous["client_type"] == "fail"
     [produce] = ambiguous["errored_produces"]
     assert (produce["outcome"], produce["rule"]) == ("rewritten", "err")
+    assert ambiguous["explanation"] == (
+        "every Produce of key 9 value 5 was answered with an error (REQUEST_TIMED_OUT), yet a Fetch read it from u"
+        " partition 0 at offset 0; the client saw op 5 fail (REQUEST_TIMED_OUT); fault rules involved: 'err'"
+    )
 
     # A definite failure whose write is in the log is also a client/wire mismatch.
     [mismatch] = found["client-outcome-mismatch"]
     assert mismatch["direction"] == "client-fail-wire-committed" and mismatch["committed"] == [[9, 5]]
+    assert mismatch["explanation"] == "send op 5 (process 0, client failed: REQUEST_TIMED_OUT) but the wire committed [9,5]"
 
 
 def test_a_successful_retry_is_neither_spurious_nor_ambiguous(spark, tmp_path):
