@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -36,6 +37,21 @@ INFORMATIONAL = frozenset({
 })
 # Wire tables that are statistics rather than anomalies: moved into stats.
 STATS_TABLES = {"latency": "latency", "fault-impact": "fault_impact"}
+# The summary's "why" block: the first case of each, told in full; the
+# client-visible breakage first, then the wire events that explain it.
+WHY_ORDER = (
+    "torn-transaction",
+    "stale-end-txn",
+    "late-produce",
+    "client-outcome-mismatch",
+    "spurious-offset",
+    "ambiguous-error",
+    "broker-aborted-read",
+    "poll-skip",
+    "nonmonotonic-poll",
+)
+# A case whose `causes` list is empty: the history explains nothing about it.
+UNEXPLAINED = "unexplained"
 
 
 def _plain(value: Any) -> Any:
@@ -86,6 +102,30 @@ def collect_cases(cases: Any, limit: int = MAX_CASES, cached: list | None = None
     return [_plain(r) for r in rows[:limit]], len(rows)
 
 
+def cause_counts(cases: Any) -> dict[str, int]:
+    """Cases per cause over every case (not only the first MAX_CASES), for
+    checks whose cases carry `causes` (spark.checks.causes); a case may count
+    under several causes, and one with none counts as `unexplained`."""
+    if hasattr(cases, "groupBy"):
+        if "causes" not in cases.columns:
+            return {}
+        from pyspark.sql import functions as F
+
+        rows = (
+            cases.select(F.explode_outer("causes").alias("cause"))
+            .groupBy("cause").count().collect()
+        )
+        counted = {(r["cause"] or UNEXPLAINED): r["count"] for r in rows}
+    else:
+        counted: dict[str, int] = {}
+        for case in cases:
+            if "causes" not in case:
+                return {}
+            for cause in case["causes"] or [UNEXPLAINED]:
+                counted[cause] = counted.get(cause, 0) + 1
+    return dict(sorted(counted.items(), key=lambda kv: (kv[0] == UNEXPLAINED, -kv[1], kv[0])))
+
+
 def error_names(counts: Mapping[str, int], stats: Mapping[str, Any], allowed: Iterable[str] = ()) -> list[str]:
     """Anomalies present that make the history invalid."""
     tolerated = INFORMATIONAL | set(allowed)
@@ -132,11 +172,14 @@ def build_report(
     """
     anomalies: dict[str, list[dict]] = {}
     counts: dict[str, int] = {}
+    causes: dict[str, dict[str, int]] = {}
     out_stats: dict[str, Any] = {k: _plain(v) for k, v in stats.items()}
     cached: list = []
     try:
         for source in (history_cases, wire_cases):
             for name, cases in source.items():
+                if not hasattr(cases, "groupBy"):
+                    cases = list(cases)  # read twice below: the first cases, then their causes
                 describe_jobs(cases, f"cases of {name}")
                 rows, total = collect_cases(cases, max_cases if name not in STATS_TABLES else 10_000, cached)
                 if name in STATS_TABLES:
@@ -145,9 +188,15 @@ def build_report(
                 counts[name] = total
                 if total:
                     anomalies[name] = rows
+                    # The frame is still cached: counting its causes reads the cache.
+                    by_cause = cause_counts(cases)
+                    if by_cause:
+                        causes[name] = by_cause
     finally:
         for frame in cached:
             frame.unpersist()
+    if causes:
+        out_stats["causes"] = causes
     allowed = set(allowed)
     errors = error_names(counts, out_stats, allowed)
     present = sorted(name for name, n in counts.items() if n > 0)
@@ -178,21 +227,40 @@ def explain(case: Mapping[str, Any], width: int = 110) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def why(report: Mapping[str, Any], width: int = 100) -> list[str]:
+    """The first case of each anomaly in WHY_ORDER that is present, its
+    explanation in full, wrapped: what happened, and what caused it."""
+    lines: list[str] = []
+    for name in WHY_ORDER:
+        cases = report.get("anomalies", {}).get(name) or []
+        text = cases[0].get("explanation") if cases else None
+        if not text:
+            continue
+        lines.extend(textwrap.wrap(f"{name}: {text}", width, initial_indent="    ", subsequent_indent="      ",
+                                   break_on_hyphens=False, break_long_words=False))
+    return ["  why (the first case of each, in full):", *lines] if lines else []
+
+
 def format_summary(report: Mapping[str, Any], report_dir: str | None = None, example_width: int = 110) -> str:
     """A short terminal summary: the verdict, each anomaly present with a
-    count and one example, the operation totals, where the report is."""
+    count, one example and its causes, the first case of each explained
+    anomaly in full, the operation totals, where the report is."""
     valid = report["valid"]
     errors = set(report.get("errors", ()))
     head = {True: "VALID", False: "INVALID"}.get(valid, "UNKNOWN")
     lines = [f"kproxy analyze: {head}"
              + (f" ({len(errors)} error anomal{'y' if len(errors) == 1 else 'ies'})" if errors else "")]
+    stats = report.get("stats", {})
     for name in report.get("anomaly_types", ()):
         kind = "error" if name in errors else "info"
         cases = report["anomalies"].get(name) or [{}]
         lines.append(f"  {name:<24} {report['counts'][name]:>7}  {kind:<5}  {explain(cases[0], example_width)}")
+        by_cause = stats.get("causes", {}).get(name)
+        if by_cause:
+            lines.append(" " * 43 + "causes: " + ", ".join(f"{cause} {n}" for cause, n in by_cause.items()))
     if not report.get("anomaly_types"):
         lines.append("  no anomalies found")
-    stats = report.get("stats", {})
+    lines.extend(why(report))
     if "completed_ops" in stats:
         lines.append(
             f"  ops: {stats.get('completed_ops')} completed; sends acknowledged {stats.get('sends_acknowledged', 0)},"

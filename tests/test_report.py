@@ -6,6 +6,8 @@ import base64
 import json
 import re
 
+import pytest
+
 from spark.html import render_html
 from spark.report import (
     EXIT_INVALID,
@@ -16,9 +18,19 @@ from spark.report import (
     format_summary,
 )
 
+TORN_EXPLANATION = (
+    "txn op 2 (process 0, tx-0, client aborted): records [7,2] [7,3] committed but [7,1] aborted; cause: the"
+    " EndTxn(commit) of client txn 1, duplicated by rule 'torn' and delivered while broker txn 2 was open (conn 1,"
+    " correlation id 3)"
+)
 TORN_CASE = {"index": 2, "time": 3_000_000, "committed": [[7, 2], [7, 3]], "aborted": [[7, 1]],
-             "explanation": "records [[7,2],[7,3]] committed, [[7,1]] aborted; client-side txn 1, broker-side txn 1,2"}
+             "explanation": TORN_EXPLANATION}
 STALE_CASE = {"conn_id": 1, "correlation_id": 3, "txn_client": 1, "txn_broker": 2, "mono_ns": 5_000_000, "rule": "torn"}
+SKIP_CASES = [
+    {"index": 7, "key": 1, "causes": ["read-in-aborted-txn", "reassigned"], "explanation": "process 0 skipped"},
+    {"index": 9, "key": 1, "causes": ["read-in-aborted-txn"], "explanation": "process 1 skipped"},
+    {"index": 11, "key": 2, "causes": [], "explanation": "process 2 skipped"},
+]
 LATENCY = [{"api": "produce", "responses": 10, "errors": 0, "p50_ms": 1.0, "p95_ms": 3.0, "p99_ms": 9.5,
             "max_ms": 12.0, "upstream_p99_ms": 4.0},
            {"api": "end_txn", "responses": 4, "errors": 0, "p50_ms": 2.0, "p95_ms": 250.0, "p99_ms": 300.0,
@@ -80,12 +92,51 @@ def test_terminal_summary_names_each_anomaly_with_an_example():
                           _stats())
     text = format_summary(report, "out")
     assert text.splitlines()[0] == "kproxy analyze: INVALID (1 error anomaly)"
-    assert re.search(r"torn-transaction\s+1\s+error\s+records \[\[7,2\],\[7,3\]\] committed", text)
+    assert re.search(r"torn-transaction\s+1\s+error\s+txn op 2 \(process 0, tx-0, client aborted\): records", text)
     assert re.search(r"stale-end-txn\s+1\s+info\s+\{\"conn_id\":1", text)
     assert "latency end_txn" in text and "p99 300.0 ms" in text
     assert "out/report.json, out/report.html" in text
     clean = format_summary(build_report({"G1a": []}, {}, _stats()))
     assert clean.startswith("kproxy analyze: VALID") and "no anomalies found" in clean
+
+
+def test_terminal_summary_tells_the_first_case_of_each_explained_anomaly_in_full():
+    late = {"explanation": "Produce of records [7,2] [7,3] in client txn 1 of tx-0 (producer 1000), delayed by rule"
+                           " 'torn' and delivered while broker txn 2 was open (conn 1, correlation id 2)"}
+    report = build_report({"poll-skip": SKIP_CASES}, {"late-produce": [late], "torn-transaction": [TORN_CASE],
+                                                      "stale-end-txn": [STALE_CASE]}, _stats())
+    lines = format_summary(report).splitlines()
+    why = lines.index("  why (the first case of each, in full):")
+    # One line per anomaly in the table above it; the story below, never cut short.
+    assert all("why" not in line for line in lines[:why])
+    story = lines[why + 1:lines.index(next(line for line in lines if line.startswith("  ops:")))]
+    assert all(len(line) <= 100 for line in story)
+    told = " ".join(line.strip() for line in story)
+    assert told == (f"torn-transaction: {TORN_EXPLANATION} late-produce: {late['explanation']}"
+                    " poll-skip: process 0 skipped")
+    # A case without an explanation (the stale EndTxn here) is in the table only.
+    assert "stale-end-txn:" not in told
+
+
+def test_causes_are_counted_over_every_case_and_shown_under_their_anomaly():
+    report = build_report({"poll-skip": SKIP_CASES}, {}, _stats(), max_cases=1)
+    assert report["anomalies"]["poll-skip"] == SKIP_CASES[:1]
+    assert report["stats"]["causes"] == {"poll-skip": {"read-in-aborted-txn": 2, "reassigned": 1, "unexplained": 1}}
+    text = format_summary(report)
+    assert re.search(r"poll-skip\s+3\s+error .*\n\s+causes: read-in-aborted-txn 2, reassigned 1, unexplained 1$",
+                     text, re.MULTILINE)
+    # Checks without causes add nothing.
+    assert "causes" not in build_report({"G1a": [{"key": 1}]}, {}, _stats())["stats"]
+
+
+@pytest.mark.spark
+def test_causes_of_a_dataframe_are_counted_beyond_the_cases_kept(spark):
+    frame = spark.createDataFrame(
+        [(i, ["read-in-aborted-txn"] if i % 3 else []) for i in range(60)], "index long, causes array<string>"
+    )
+    report = build_report({"poll-skip": frame}, {}, _stats())
+    assert len(report["anomalies"]["poll-skip"]) == 50
+    assert report["stats"]["causes"] == {"poll-skip": {"read-in-aborted-txn": 40, "unexplained": 20}}
 
 
 def test_html_is_self_contained_with_plots_and_case_tables(tmp_path):
