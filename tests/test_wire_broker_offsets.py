@@ -2,10 +2,12 @@
 
 A consumer that is (re)assigned resumes at its group's committed offset, so
 when a transaction's TxnOffsetCommit is not visible to OffsetFetch the
-consumer reads records again that a committed transaction already consumed:
-the `reassigned` nonmonotonic-poll cases of a fault-free run. Kafka makes the
-offsets visible once EndTxn(commit) returns. These tests pin what Tansu does
-instead, so a broker upgrade that changes it is noticed.
+consumer reads records again that a committed transaction already consumed
+(the `reassigned` nonmonotonic-poll cases of a fault-free run), and when an
+aborted transaction's offsets are published it skips records. Kafka makes a
+transaction's offsets visible once EndTxn(commit) returns and discards them on
+abort. These tests pin what Tansu does instead, so a broker upgrade that
+changes it is noticed.
 """
 
 from __future__ import annotations
@@ -94,3 +96,20 @@ def test_offsets_wait_until_no_other_transaction_is_open_on_the_produced_partiti
     assert committed() == NO_OFFSET  # Kafka: 7, whatever other producers do
     other.abort_transaction(10)
     assert committed() == 7
+
+
+def test_held_offsets_are_replaced_by_the_next_transaction_even_when_it_aborts(setup):
+    producer, group, committed, offsets, output = setup
+    first, other = producer("first"), producer("other")
+    other.begin_transaction()
+    other.produce(output, value=b"2", partition=0)
+    other.flush(5)
+    first.begin_transaction()
+    first.produce(output, value=b"1", partition=0)
+    first.send_offsets_to_transaction(offsets(5), group, 10)
+    first.commit_transaction(10)
+    first.begin_transaction()
+    first.send_offsets_to_transaction(offsets(8), group, 10)
+    first.abort_transaction(10)
+    other.commit_transaction(10)
+    assert committed() == 8  # Kafka: 5; an aborted transaction's offsets are never committed
