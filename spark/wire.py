@@ -441,8 +441,15 @@ def late_produces(attempts: DataFrame) -> DataFrame:
             F.format_string("Produce of records %s in client txn %s of %s (producer %s), ",
                             _pairs(F.col("records")), "txn_client", "transactional_id", "producer_id"),
             F.coalesce(F.concat(_acted(F.col("rule"), F.col("action")), F.lit(" and ")), F.lit("")),
-            _delivered_in(F.lit("stale_end_txn"), F.col("txn_broker")), F.lit(" "),
-            _at(F.col("conn_id"), F.col("correlation_id")),
+            # The tracker's three kinds of late Produce (kproxy/txn/machine.py), by their numbers.
+            F.when(F.col("txn_client") < F.col("txn_broker"),
+                   F.format_string("delivered while broker txn %s was open", "txn_broker"))
+            .when(F.col("txn_client") == F.col("txn_broker"),
+                  F.format_string("delivered after an EndTxn of client txn %s had reached the broker (broker txn %s)",
+                                  "txn_client", "txn_broker"))
+            .otherwise(F.format_string("delivered into broker txn %s, whose EndTxn had not reached the broker yet",
+                                       "txn_broker")),
+            F.lit(" "), _at(F.col("conn_id"), F.col("correlation_id")),
             F.when(F.size("landed_offsets") == 1, F.concat(F.lit(", landed at offset "), _numbers(F.col("landed_offsets"))))
             .when(F.size("landed_offsets") > 1, F.concat(F.lit(", landed at offsets "), _numbers(F.col("landed_offsets"))))
             .otherwise(F.lit(", did not land (error or no response)")),

@@ -167,3 +167,18 @@ def test_read_uncommitted_fetches_are_not_aborted_reads(spark, tmp_path):
                     isolation="read_uncommitted")
     assert found["broker-aborted-read"] == []
     assert len(found["torn-transaction"]) == 1
+
+
+@pytest.mark.parametrize(("numbers", "how"), [
+    ((2, 2), "delivered after an EndTxn of client txn 2 had reached the broker (broker txn 2)"),
+    ((3, 2), "delivered into broker txn 2, whose EndTxn had not reached the broker yet"),
+])
+def test_a_late_produce_says_which_kind_of_late_it_was(spark, tmp_path, numbers, how):
+    scenario = torn_scenario()
+    late = next(e for e in scenario.events if e.get("hazard") == "late_produce" and e["direction"] == "request")
+    late["txn_client"], late["txn_broker"] = numbers
+    [case] = _checks(spark, tmp_path, scenario, names={"late-produce"})["late-produce"]
+    assert case["explanation"] == (
+        f"Produce of records [7,2] [7,3] in client txn {numbers[0]} of tx-0 (producer 1000), delayed by rule 'torn'"
+        f" and {how} (conn 1, correlation id 2), landed at offsets 2, 3"
+    )
