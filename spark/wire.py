@@ -20,6 +20,7 @@ from spark.traces import (
     fetched_records,
     landings,
     produce_attempts,
+    trace_partitions,
 )
 
 WIRE_ANOMALIES = (
@@ -458,13 +459,41 @@ def late_produces(attempts: DataFrame) -> DataFrame:
     )
 
 
-def broker_aborted_reads(fetched: DataFrame, log: DataFrame) -> DataFrame:
+def _listed_as_aborted(aborted: DataFrame, fetched: DataFrame, traces: DataFrame) -> DataFrame:
+    """The aborted records a read_committed client drops itself: those its
+    response's aborted-transactions list covers. As Kafka's consumer does, an
+    entry (producer, first offset) covers the producer's records from that
+    offset up to its next control marker in the response."""
+    where = [*EXCHANGE, "topic", "partition", "producer_id"]
+    entries = (
+        trace_partitions(traces)
+        .where((F.col("api") == "fetch") & (F.col("direction") == "response") & F.col("aborted_transactions").isNotNull())
+        .select(*EXCHANGE, "topic", "partition", F.explode("aborted_transactions").alias("a"))
+        .select(*EXCHANGE, "topic", "partition", F.col("a.producer_id").alias("producer_id"),
+                F.col("a.first_offset").alias("first_offset"))
+    )
+    markers = fetched.where(F.col("control").isNotNull()).select(*where, F.col("offset").alias("marker_offset"))
+    candidates = aborted.select(*where, "offset").join(entries, where).where(F.col("first_offset") <= F.col("offset"))
+    ended = candidates.join(markers, where).where(
+        (F.col("marker_offset") >= F.col("first_offset")) & (F.col("marker_offset") < F.col("offset"))
+    ).select(*where, "offset", "first_offset")
+    return candidates.join(ended, [*where, "offset", "first_offset"], "left_anti").select(*where, "offset").distinct()
+
+
+def broker_aborted_reads(fetched: DataFrame, log: DataFrame, traces: DataFrame) -> DataFrame:
     """read_committed Fetch responses that returned records of aborted
-    transactions (one case per fetch response partition). When a fault
-    rule rewrote the response, response_rule/response_action name it."""
-    fetched = fetched.where(F.col("read_committed") & F.col("control").isNull())
+    transactions which their aborted-transactions list does not cover (one
+    case per fetch response partition): the client has nothing to drop them
+    by. Covered ones are how Kafka serves read_committed and are no anomaly.
+    When a fault rule rewrote the response, response_rule/response_action
+    name it."""
+    fetched = fetched.where(F.col("read_committed"))
     fates = log.select("topic", "partition", "offset", "fate", "fate_source", "end_rule", "end_hazard")
-    aborted = fetched.join(fates, ["topic", "partition", "offset"]).where(F.col("fate") == "aborted")
+    aborted = fetched.where(F.col("control").isNull()).join(fates, ["topic", "partition", "offset"]).where(
+        F.col("fate") == "aborted"
+    )
+    covered = _listed_as_aborted(aborted, fetched, traces)
+    aborted = aborted.join(covered, [*EXCHANGE, "topic", "partition", "producer_id", "offset"], "left_anti")
     return (
         aborted.groupBy("proxy_id", "conn_id", "correlation_id", "copy", "topic", "partition")
         .agg(
@@ -581,7 +610,7 @@ def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> d
         "client-outcome-mismatch": client_outcome_mismatches(sent, log),
         "spurious-offset": spurious_offsets(sent, attempts),
         "ambiguous-error": ambiguous_errors(sent, attempts, fetched),
-        "broker-aborted-read": broker_aborted_reads(fetched, log),
+        "broker-aborted-read": broker_aborted_reads(fetched, log, traces),
     }
     cases["latency"] = latency(traces)
     cases["fault-impact"] = fault_impact(traces, cases)

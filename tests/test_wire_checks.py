@@ -162,6 +162,25 @@ def test_a_successful_retry_is_neither_spurious_nor_ambiguous(spark, tmp_path):
     assert found["client-outcome-mismatch"] == []
 
 
+def test_records_the_aborted_transactions_list_covers_are_no_aborted_read(spark, tmp_path):
+    # Kafka serves read_committed this way: the aborted batches come along
+    # with the list that tells the client to drop them.
+    found = _checks(spark, tmp_path, torn_scenario(listed=True), names={"broker-aborted-read", "torn-transaction"})
+    assert found["broker-aborted-read"] == []
+    assert len(found["torn-transaction"]) == 1
+
+
+def test_a_list_entry_covers_its_producer_only_up_to_the_next_marker(spark, tmp_path):
+    scenario = torn_scenario(stale=False, listed=True)
+    fetch = next(e for e in scenario.events if e["api"] == "fetch" and e["direction"] == "response")
+    [part] = fetch["partitions"]
+    # The entry of the second aborted transaction (offset 2) is missing: the
+    # first entry ended at the abort marker at offset 1, so 2 and 3 are bare.
+    part["aborted_transactions"] = [{"producer_id": PID, "first_offset": 0}]
+    [case] = _checks(spark, tmp_path, scenario, names={"broker-aborted-read"})["broker-aborted-read"]
+    assert case["offsets"] == [2, 3] and case["records"] == [[7, 2], [7, 3]]
+
+
 def test_read_uncommitted_fetches_are_not_aborted_reads(spark, tmp_path):
     found = _checks(spark, tmp_path, torn_scenario(), names={"broker-aborted-read", "torn-transaction"},
                     isolation="read_uncommitted")
