@@ -446,7 +446,7 @@ def late_produces(attempts: DataFrame) -> DataFrame:
             F.when(F.col("txn_client") < F.col("txn_broker"),
                    F.format_string("delivered while broker txn %s was open", "txn_broker"))
             .when(F.col("txn_client") == F.col("txn_broker"),
-                  F.format_string("delivered after an EndTxn of client txn %s had reached the broker (broker txn %s)",
+                  F.format_string("delivered after an EndTxn of client txn %s had reached the broker, into broker txn %s",
                                   "txn_client", "txn_broker"))
             .otherwise(F.format_string("delivered into broker txn %s, whose EndTxn had not reached the broker yet",
                                        "txn_broker")),

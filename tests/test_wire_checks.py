@@ -189,7 +189,7 @@ def test_read_uncommitted_fetches_are_not_aborted_reads(spark, tmp_path):
 
 
 @pytest.mark.parametrize(("numbers", "how"), [
-    ((2, 2), "delivered after an EndTxn of client txn 2 had reached the broker (broker txn 2)"),
+    ((2, 2), "delivered after an EndTxn of client txn 2 had reached the broker, into broker txn 2"),
     ((3, 2), "delivered into broker txn 2, whose EndTxn had not reached the broker yet"),
 ])
 def test_a_late_produce_says_which_kind_of_late_it_was(spark, tmp_path, numbers, how):
