@@ -91,7 +91,8 @@ def test_skipping_only_values_of_failed_sends_is_explained_by_the_aborted_writes
     [skip] = found["poll-skip"]
     assert (skip["op_indexes"], skip["skipped"], skip["causes"]) == ([5, 6], [11, 12], ["aborted-writes"])
     assert skip["explanation"].endswith(
-        "cause: every skipped value was written by an aborted send, which a read_committed consumer must not return"
+        "cause: every skipped value was written by a send that definitely failed or aborted, which a consumer"
+        " must not return"
     )
     # The anomaly that put them there is still reported.
     assert sorted((r["reader_index"], r["value"]) for r in found["G1a"]) == [(3, 11), (3, 12)]

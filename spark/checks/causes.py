@@ -109,7 +109,9 @@ def _phrases() -> Column:
         _ops("aborted_txns"),
         F.lit(") had read them, and its consumer did not go back after the abort"),
     )
-    aborted_writes = F.lit("every skipped value was written by an aborted send, which a read_committed consumer must not return")
+    aborted_writes = F.lit(
+        "every skipped value was written by a send that definitely failed or aborted, which a consumer must not return"
+    )
     reassigned = F.concat(
         F.when(F.size("reassigns") > 1, F.lit("it was re-assigned in between (ops "))
         .otherwise(F.lit("it was re-assigned in between (op ")),
