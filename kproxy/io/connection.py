@@ -193,7 +193,7 @@ class ClientConnection:
 
     async def _pump_requests(self) -> None:
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
-        client = self.client
+        client = net.Reader(self.client)
         can_stream = splice.available()
         stream_refused = False  # the incomplete frame must arrive whole (it is inspected)
         try:
@@ -378,7 +378,7 @@ class ClientConnection:
     async def _pump_responses(self) -> None:
         assert self.upstream is not None
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
-        upstream = self.upstream
+        upstream = net.Reader(self.upstream)
         can_splice = splice.available()
         pipe: splice.SplicePipe | None = None  # made on the first spliced frame: idle connections hold no pipe
         cut: CutThrough | None = None
@@ -403,7 +403,7 @@ class ClientConnection:
                 pipe.close()
 
     async def _pump_one_read(
-        self, frames: FrameBuffer, upstream: trio.socket.SocketType, cut: CutThrough | None, recv_size: int
+        self, frames: FrameBuffer, upstream: net.Reader, cut: CutThrough | None, recv_size: int
     ) -> tuple[CutThrough | None, int]:
         """One recv from the broker, forwarded; returns the frame now cut-through (if any) and the next recv size."""
         try:
@@ -446,6 +446,8 @@ class ClientConnection:
         latency = proxy.client_latency_histograms
         response_counters = proxy.response_frame_counters
         inspect_from = inspect.inspect_responses_from
+        hints_only = inspect.leader_hints_only
+        addresses = proxy.addresses
         tracing = proxy.trace is not None
         now = trio.current_time()
         untouched = True  # every frame passes through, in order: send the block as is
@@ -465,7 +467,11 @@ class ClientConnection:
             if untouched and (i >= len(order) or order[i] is not ex):
                 untouched = False
             min_version = inspect_from.get(ex.api_key)
-            if ex.header is None and (min_version is None or ex.api_version < min_version):
+            if ex.header is None and (
+                min_version is None
+                or ex.api_version < min_version
+                or (ex.api_key in hints_only and not addresses.may_name_brokers_in(block, start, end))
+            ):
                 ex.response = block[start:end]
                 hist = latency.get(ex.api_key)
                 if hist is None:
