@@ -86,6 +86,9 @@ class Inspector:
         self.slow_request_apis: Any = frozenset()
         # api key -> lowest version whose responses must be looked at
         self.inspect_responses_from: dict[int, int] = {}
+        # APIs whose responses are looked at only for leader hints: one that
+        # names no upstream host cannot carry any and may pass untouched.
+        self.leader_hints_only: frozenset[int] = frozenset()
         self.holds: list[HeldRequest] = []
         self.refresh()
 
@@ -108,6 +111,9 @@ class Inspector:
             if engine.wants(key, "response"):
                 responses[key] = 0
         self.inspect_responses_from = responses
+        self.leader_hints_only = frozenset(
+            key for key, version in LEADER_HINT_MIN_VERSION.items() if responses.get(key) == version
+        )
 
     # ------------------------------------------------------------------ requests
 

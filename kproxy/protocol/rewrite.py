@@ -63,6 +63,10 @@ class AddressMap:
     def may_name_brokers(self, payload: bytes) -> bool:
         return any(needle in payload for needle in self.needles)
 
+    def may_name_brokers_in(self, block: bytes, start: int, end: int) -> bool:
+        """may_name_brokers for block[start:end], without copying it out."""
+        return any(block.find(needle, start, end) != -1 for needle in self.needles)
+
 
 def _rewrite_endpoints(value: Any, amap: AddressMap, learnt: list[int]) -> Any:
     """Return `value` with every (node_id, host, port) triple pointed at the proxy."""
