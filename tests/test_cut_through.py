@@ -24,6 +24,7 @@ from kproxy.protocol import apis
 from kproxy.protocol.codec import encode_response
 from kproxy.io.connection import CUT_THROUGH_BYTES
 from tests.fixtures.broker import create_topic
+from tests.fixtures.proxy import SILENT_UPSTREAM
 from tests.test_proxy_bad_input import raw_connect, request_frame
 from tests.test_response_rewrite import fetch_response
 
@@ -94,7 +95,7 @@ def test_a_large_response_streams_through_byte_exact(proxy_factory) -> None:
     small = response_frame(2, b"small answer")
     upstream = HalfThenRestBroker([big, small], requests_expected=2)
     try:
-        proxy = proxy_factory(upstream=f"127.0.0.1:{upstream.port}")
+        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=f"127.0.0.1:{upstream.port}")
         s = raw_connect(proxy.bootstrap)
         # An API key the proxy does not know stays on the fast path, untouched.
         s.sendall(request_frame(9999, 0, 1, b"a") + request_frame(9999, 0, 2, b"b"))
@@ -120,7 +121,7 @@ def test_traced_fetch_response_keeps_its_error_codes(proxy_factory, tmp_path: Pa
     upstream = HalfThenRestBroker([big], requests_expected=1)
     traces = tmp_path / "traces"
     try:
-        proxy = proxy_factory("--traces", str(traces), "--trace-level", "headers", upstream=f"127.0.0.1:{upstream.port}")
+        proxy = proxy_factory(*SILENT_UPSTREAM, "--traces", str(traces), "--trace-level", "headers", upstream=f"127.0.0.1:{upstream.port}")
         s = raw_connect(proxy.bootstrap)
         s.sendall(request_frame(apis.FETCH, 12, 1, b"\x00", client_id=b"raw"))
         first_half = read_exactly(s, len(big) // 2)

@@ -11,7 +11,7 @@ import httpx
 from confluent_kafka import Producer
 
 from kproxy.broker import free_port, start_broker
-from tests.fixtures.proxy import metric_value
+from tests.fixtures.proxy import SILENT_UPSTREAM, metric_value
 
 
 def raw_connect(bootstrap: str) -> socket.socket:
@@ -119,7 +119,7 @@ class RecordingUpstream:
 def test_unknown_apis_pass_through_byte_exact(proxy_factory) -> None:
     upstream = RecordingUpstream()
     try:
-        proxy = proxy_factory(upstream=f"127.0.0.1:{upstream.port}")
+        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=f"127.0.0.1:{upstream.port}")
         frames = (
             request_frame(9999, 3, 1, b"opaque body \x00\x01")  # unknown API key
             + request_frame(0, 2, 2, b"\x00\x01\x00\x00\x03\xe8\x00\x00\x00\x00")  # Produce v2: no decoder

@@ -16,7 +16,7 @@ import httpx
 from confluent_kafka import KafkaException, Producer
 
 from kproxy.io.connection import CUT_THROUGH_BYTES
-from tests.fixtures.proxy import metric_value
+from tests.fixtures.proxy import SILENT_UPSTREAM, metric_value
 from tests.test_proxy_bad_input import RecordingUpstream, closed_by_peer, produce_works, raw_connect, request_frame
 
 
@@ -40,7 +40,7 @@ def test_a_large_request_streams_to_the_broker_byte_exact(proxy_factory) -> None
     small = request_frame(9999, 0, 2, b"behind it")
     upstream = RecordingUpstream()
     try:
-        proxy = proxy_factory(upstream=f"127.0.0.1:{upstream.port}")
+        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=f"127.0.0.1:{upstream.port}")
         s = raw_connect(proxy.bootstrap)
         half = len(big) // 2
         s.sendall(big[:half])
