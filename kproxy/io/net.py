@@ -44,24 +44,30 @@ async def connect(host: str, port: int, timeout: float) -> trio.socket.SocketTyp
 
 
 class Reader:
-    """Reads one socket for one task (a pump)."""
+    """Reads one socket for one task (a pump).
 
-    __slots__ = ("fd", "streak")
+    The descriptor is asked of the socket at every read, never kept: once
+    another task closes the socket it reads as -1 (EBADF), where a kept
+    number could meanwhile belong to a newly accepted connection.
+    """
+
+    __slots__ = ("sock", "streak")
 
     def __init__(self, sock: trio.socket.SocketType) -> None:
-        self.fd = sock.fileno()
+        self.sock = sock
         self.streak = 0  # reads in a row that did not wait
 
     async def recv(self, size: int) -> bytes:
         """Up to `size` bytes (b"" at end of stream); OSError as the socket's."""
+        sock = self.sock
         try:
-            data = os.read(self.fd, size)
+            data = os.read(sock.fileno(), size)
         except BlockingIOError:
             self.streak = 0
             while True:
-                await trio.lowlevel.wait_readable(self.fd)
+                await trio.lowlevel.wait_readable(sock)
                 try:
-                    return os.read(self.fd, size)
+                    return os.read(sock.fileno(), size)
                 except BlockingIOError:
                     continue
         self.streak += 1
@@ -73,13 +79,12 @@ class Reader:
 
 async def send_all(sock: trio.socket.SocketType, data: bytes | memoryview) -> None:
     """Write all of data; waits through trio only while the socket's buffer is full."""
-    fd = sock.fileno()
     view = memoryview(data)
     while view:
         try:
-            sent = os.write(fd, view)
+            sent = os.write(sock.fileno(), view)
         except BlockingIOError:
-            await trio.lowlevel.wait_writable(fd)
+            await trio.lowlevel.wait_writable(sock)
             continue
         view = view[sent:]
 

@@ -75,12 +75,13 @@ class SplicePipe:
         await self._move(src, dst, n)
 
     async def _move(self, src: trio.socket.SocketType, dst: trio.socket.SocketType, n: int) -> None:
-        src_fd = src.fileno()
-        dst_fd = dst.fileno()
+        # Descriptors are asked of the sockets at each call, never kept across
+        # a wait: a socket another task closed meanwhile then fails (EBADF)
+        # instead of its number, reused by a new connection, being spliced.
         unblocked = 0  # chunks moved since this task last let others run
         while n:
             try:
-                moved = os.splice(src_fd, self._write, min(n, self.capacity), flags=_FLAGS)
+                moved = os.splice(src.fileno(), self._write, min(n, self.capacity), flags=_FLAGS)
             except BlockingIOError:
                 unblocked = 0
                 await trio.lowlevel.wait_readable(src)
@@ -92,7 +93,7 @@ class SplicePipe:
             n -= moved
             while moved:
                 try:
-                    moved -= os.splice(self._read, dst_fd, moved, flags=_FLAGS)
+                    moved -= os.splice(self._read, dst.fileno(), moved, flags=_FLAGS)
                 except BlockingIOError:
                     unblocked = 0
                     await trio.lowlevel.wait_writable(dst)
