@@ -117,6 +117,7 @@ class ClientConnection:
         self.upstream_lock = trio.Lock()
         self.nursery: trio.Nursery | None = None
         self.close_reason = "client_closed"
+        self.closed_on_purpose = False  # close() ran: what the pumps raise after it is its consequence
         self.client_done = False
         self.drained = trio.Event()
         self.closed = trio.Event()
@@ -147,7 +148,10 @@ class ClientConnection:
                     nursery.start_soon(self._pump_responses)
             except* ConnectionClosed as group:
                 first = group.exceptions[0]
-                self._note_close(first.reason, str(first))
+                if self.closed_on_purpose:
+                    log.debug("conn %d from %s: after the close: %s", self.conn_id, self.client_addr, first)
+                else:
+                    self._note_close(first.reason, str(first))
             except* Exception as group:
                 # A bug must cost one connection, never the proxy.
                 self.close_reason = "error"
@@ -185,7 +189,8 @@ class ClientConnection:
 
     def close(self, reason: str, message: str) -> None:
         """Close from outside the pumps (a fault rule, proxy shutdown)."""
-        if self.nursery is not None:
+        if self.nursery is not None and not self.closed_on_purpose:
+            self.closed_on_purpose = True
             self._note_close(reason, message)
             self.nursery.cancel_scope.cancel()
 

@@ -15,6 +15,7 @@ starve the others and cancellation still gets through.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 
@@ -65,7 +66,7 @@ class Reader:
         except BlockingIOError:
             self.streak = 0
             while True:
-                await trio.lowlevel.wait_readable(sock)
+                await wait_readable(sock)
                 try:
                     return os.read(sock.fileno(), size)
                 except BlockingIOError:
@@ -84,9 +85,24 @@ async def send_all(sock: trio.socket.SocketType, data: bytes | memoryview) -> No
         try:
             sent = os.write(sock.fileno(), view)
         except BlockingIOError:
-            await trio.lowlevel.wait_writable(sock)
+            await wait_writable(sock)
             continue
         view = view[sent:]
+
+
+async def wait_readable(sock: trio.socket.SocketType) -> None:
+    """trio's wait, failing as a socket call would (OSError) if another task closes the socket meanwhile."""
+    try:
+        await trio.lowlevel.wait_readable(sock)
+    except trio.ClosedResourceError:
+        raise OSError(errno.EBADF, "the socket was closed while waiting to read") from None
+
+
+async def wait_writable(sock: trio.socket.SocketType) -> None:
+    try:
+        await trio.lowlevel.wait_writable(sock)
+    except trio.ClosedResourceError:
+        raise OSError(errno.EBADF, "the socket was closed while waiting to write") from None
 
 
 def close_quietly(sock: trio.socket.SocketType | None) -> None:

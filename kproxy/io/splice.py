@@ -14,6 +14,8 @@ import os
 
 import trio
 
+from kproxy.io import net
+
 _FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 # A bigger pipe moves more per system call; the kernel may refuse (then 64 KiB).
 PIPE_BYTES = 1024 * 1024
@@ -84,7 +86,10 @@ class SplicePipe:
                 moved = os.splice(src.fileno(), self._write, min(n, self.capacity), flags=_FLAGS)
             except BlockingIOError:
                 unblocked = 0
-                await trio.lowlevel.wait_readable(src)
+                try:
+                    await net.wait_readable(src)
+                except OSError as exc:
+                    raise SourceFailed(exc.errno, exc.strerror) from None
                 continue
             except OSError as exc:
                 raise SourceFailed(exc.errno, exc.strerror) from None
@@ -96,7 +101,10 @@ class SplicePipe:
                     moved -= os.splice(self._read, dst.fileno(), moved, flags=_FLAGS)
                 except BlockingIOError:
                     unblocked = 0
-                    await trio.lowlevel.wait_writable(dst)
+                    try:
+                        await net.wait_writable(dst)
+                    except OSError as exc:
+                        raise SinkFailed(exc.errno, exc.strerror) from None
                 except OSError as exc:
                     raise SinkFailed(exc.errno, exc.strerror) from None
             # A fast broker could keep this loop busy without ever blocking;
