@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kproxy.io import net, splice
+from kproxy.io import net, relay
 from kproxy.io.exchange import Exchange
 from kproxy.obs import metrics
 from kproxy.protocol import apis, error_scan
@@ -45,8 +45,8 @@ _RESPONSE_BYTES = metrics.bytes_.labels("response")
 DRAIN_TIMEOUT = 30.0
 # Responses at least this large (length prefix included) go cut-through when they may.
 CUT_THROUGH_BYTES = 64 * 1024
-# Skipped record bytes at least this many go through splice rather than recv/send.
-SPLICE_MIN_BYTES = 16 * 1024
+# Skipped record bytes at least this many are relayed rather than read into a frame buffer.
+RELAY_MIN_BYTES = 16 * 1024
 # A request streamed to the broker is decided on this many of its first bytes
 # (the header, and for Produce the transactional id and acks behind it).
 STREAM_REQUEST_HEAD_BYTES = 1024
@@ -67,21 +67,21 @@ class CutThrough:
         self.remaining = size
         self.scan = scan  # error codes for the trace, read on the way through
 
-    def spliceable(self) -> int:
-        """Bytes that may go broker -> client in the kernel now: all the rest,
-        or with a scan, the records it skips (if worth a splice)."""
+    def relayable(self) -> int:
+        """Bytes that may be relayed broker -> client unseen now: all the rest,
+        or with a scan, the records it skips (if worth a relay)."""
         if self.scan is None:
             return self.remaining
         skip = min(self.scan.pending_skip, self.remaining)
-        return skip if skip >= SPLICE_MIN_BYTES else 0
+        return skip if skip >= RELAY_MIN_BYTES else 0
 
-    def spliced(self, n: int) -> None:
+    def relayed(self, n: int) -> None:
         self.remaining -= n
         if self.scan is not None:
             self.scan.skip(n)
 
     def recv_size(self) -> int:
-        """With a scan, read just what it wants next, so the records after it can be spliced."""
+        """With a scan, read just what it wants next, so the records after it can be relayed."""
         scan = self.scan
         want = (scan.pending_read or scan.pending_skip) if scan is not None else 0
         return min(self.remaining, want or net.RECV_BYTES)
@@ -121,7 +121,6 @@ class ClientConnection:
         self.client_done = False
         self.drained = trio.Event()
         self.closed = trio.Event()
-        self._request_pipe: splice.SplicePipe | None = None  # made on the first streamed request
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -199,41 +198,35 @@ class ClientConnection:
     async def _pump_requests(self) -> None:
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
         client = net.Reader(self.client)
-        can_stream = splice.available()
         stream_refused = False  # the incomplete frame must arrive whole (it is inspected)
-        try:
-            while True:
+        while True:
+            try:
+                data = await client.recv(net.RECV_BYTES)
+            except OSError as exc:
+                raise ConnectionClosed("client_closed", f"client read failed: {exc}") from None
+            if not data:
                 try:
-                    data = await client.recv(net.RECV_BYTES)
-                except OSError as exc:
-                    raise ConnectionClosed("client_closed", f"client read failed: {exc}") from None
-                if not data:
-                    try:
-                        frames.check_eof()
-                    except FrameError as exc:
-                        metrics.protocol_errors.labels(exc.reason).inc()
-                        raise ConnectionClosed(exc.reason, f"client sent a truncated frame: {exc}") from None
-                    await self._client_eof()
-                    return
-                _REQUEST_BYTES.inc(len(data))
-                try:
-                    block, offsets = frames.feed(data)
+                    frames.check_eof()
                 except FrameError as exc:
                     metrics.protocol_errors.labels(exc.reason).inc()
-                    raise ConnectionClosed(exc.reason, f"client sent a bad frame: {exc}") from None
-                if offsets:
-                    stream_refused = False
-                    await self._forward_requests(block, offsets)
-                if (
-                    can_stream
-                    and not stream_refused
-                    and frames.pending_frame_size >= CUT_THROUGH_BYTES
-                    and frames.pending >= STREAM_REQUEST_HEAD_BYTES
-                ):
-                    stream_refused = not await self._stream_request(frames)
-        finally:
-            if self._request_pipe is not None:
-                self._request_pipe.close()
+                    raise ConnectionClosed(exc.reason, f"client sent a truncated frame: {exc}") from None
+                await self._client_eof()
+                return
+            _REQUEST_BYTES.inc(len(data))
+            try:
+                block, offsets = frames.feed(data)
+            except FrameError as exc:
+                metrics.protocol_errors.labels(exc.reason).inc()
+                raise ConnectionClosed(exc.reason, f"client sent a bad frame: {exc}") from None
+            if offsets:
+                stream_refused = False
+                await self._forward_requests(block, offsets)
+            if (
+                not stream_refused
+                and frames.pending_frame_size >= CUT_THROUGH_BYTES
+                and frames.pending >= STREAM_REQUEST_HEAD_BYTES
+            ):
+                stream_refused = not await self._stream_request(frames)
 
     async def _forward_requests(self, block: bytes, offsets: list[int]) -> None:
         """Forward the complete request frames of one read, inspecting those that need it."""
@@ -283,8 +276,8 @@ class ClientConnection:
             await self.send_upstream(block[run_start:] if run_start else block)
 
     # A large request that nothing needs whole (a batched Produce of a plain
-    # producer) goes to the broker as it arrives, its body spliced client ->
-    # pipe -> broker in the kernel, instead of being gathered and copied.
+    # producer) goes to the broker as it arrives, its body relayed client ->
+    # broker unseen, instead of being gathered into a frame and copied.
 
     async def _stream_request(self, frames: FrameBuffer) -> bool:
         """Stream the incomplete request frame if it may pass untouched; False if it must arrive whole."""
@@ -311,8 +304,6 @@ class ClientConnection:
         if proxy.trace is not None:
             await inspect.trace_fast_request(self, ex, size - 4)
         head_bytes = frames.take_pending()
-        if self._request_pipe is None:
-            self._request_pipe = splice.SplicePipe()
         # The upstream lock is held from the first byte to the last: nothing
         # else (a delayed or duplicated request) may land inside this frame.
         lock = self.upstream_lock
@@ -321,15 +312,15 @@ class ClientConnection:
             await self._send_upstream_locked(head_bytes)
             rest = size - len(head_bytes)
             try:
-                await self._request_pipe.forward_locked(self.client, self.upstream, rest)
+                await relay.forward_locked(self.client, self.upstream, rest)
             except EOFError:
                 metrics.protocol_errors.labels("truncated_frame").inc()
                 raise ConnectionClosed(
                     "truncated_frame", f"client closed the connection inside a {size}-byte request"
                 ) from None
-            except splice.SourceFailed as exc:
+            except relay.SourceFailed as exc:
                 raise ConnectionClosed("client_closed", f"client read failed: {exc}") from None
-            except splice.SinkFailed as exc:
+            except relay.SinkFailed as exc:
                 raise ConnectionClosed("upstream_closed", f"broker connection failed while sending: {exc}") from None
             _REQUEST_BYTES.inc(rest)
         finally:
@@ -384,28 +375,20 @@ class ClientConnection:
         assert self.upstream is not None
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
         upstream = net.Reader(self.upstream)
-        can_splice = splice.available()
-        pipe: splice.SplicePipe | None = None  # made on the first spliced frame: idle connections hold no pipe
         cut: CutThrough | None = None
         recv_size = net.RECV_BYTES
-        try:
-            while True:
-                if cut is not None and can_splice:
-                    n = cut.spliceable()
-                    if n:
-                        if pipe is None:
-                            pipe = splice.SplicePipe()
-                        await self._cut_splice(cut, pipe, n)
-                        if not cut.remaining:
-                            await self._cut_finish(cut)
-                            cut = None
-                            recv_size = AFTER_CUT_RECV_BYTES
-                        continue
-                    recv_size = cut.recv_size()
-                cut, recv_size = await self._pump_one_read(frames, upstream, cut, recv_size)
-        finally:
-            if pipe is not None:
-                pipe.close()
+        while True:
+            if cut is not None:
+                n = cut.relayable()
+                if n:
+                    await self._cut_relay(cut, n)
+                    if not cut.remaining:
+                        await self._cut_finish(cut)
+                        cut = None
+                        recv_size = AFTER_CUT_RECV_BYTES
+                    continue
+                recv_size = cut.recv_size()
+            cut, recv_size = await self._pump_one_read(frames, upstream, cut, recv_size)
 
     async def _pump_one_read(
         self, frames: FrameBuffer, upstream: net.Reader, cut: CutThrough | None, recv_size: int
@@ -524,21 +507,21 @@ class ClientConnection:
         await self._cut_forward(cut, frames.take_pending())
         return cut
 
-    async def _cut_splice(self, cut: CutThrough, pipe: splice.SplicePipe, n: int) -> None:
-        """Move n bytes of the frame broker -> client in the kernel."""
+    async def _cut_relay(self, cut: CutThrough, n: int) -> None:
+        """Move n bytes of the frame broker -> client without looking at them."""
         assert self.upstream is not None
         try:
-            await pipe.forward(self.upstream, self.client, n, self.client_lock)
+            await relay.forward(self.upstream, self.client, n, self.client_lock)
         except EOFError:
             raise ConnectionClosed(
                 "upstream_closed", f"broker {self.upstream_endpoint} closed the connection inside a response"
             ) from None
-        except splice.SourceFailed as exc:
+        except relay.SourceFailed as exc:
             raise ConnectionClosed("upstream_closed", f"broker connection failed: {exc}") from None
-        except splice.SinkFailed as exc:
+        except relay.SinkFailed as exc:
             raise ConnectionClosed("client_closed", f"client connection failed while sending: {exc}") from None
         _RESPONSE_BYTES.inc(n)
-        cut.spliced(n)
+        cut.relayed(n)
 
     async def _cut_forward(self, cut: CutThrough, data: bytes | memoryview) -> None:
         cut.remaining -= len(data)
