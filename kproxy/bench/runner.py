@@ -35,7 +35,7 @@ class BenchConfig:
     bootstrap: str | None = None  # None: start the embedded broker
     rounds: int = 3
     batched_records: int = 40_000  # 1 KiB each
-    consume_passes: int = 3  # the consume run reads the batched records this many times
+    consume_passes: int = 12  # the consume run reads the batched records this many times
     small_records: int = 40_000  # 100 B each, linger.ms=0
     rate: int = 500  # records/s for the latency run
     latency_seconds: float = 4.0
@@ -176,6 +176,7 @@ def summarise(results: dict[str, PathResult], config: BenchConfig, memory: dict[
                 "records_per_s": res.median_rate(workload),
                 "mib_per_s": res.median_mib(workload),
                 "ratio": res.median_rate(workload) / direct.median_rate(workload),
+                "rounds_records_per_s": [s.records_per_s for s in res.samples[workload]],
             }
         entry["latency_ms"] = res.latency_percentiles()
         out["paths"][name] = entry

@@ -16,7 +16,7 @@ import click
               help="Rounds; each runs every path (direct first, then proxy, then reversed next round).")
 @click.option("--batched-records", default=40_000, show_default=True, type=click.IntRange(100),
               help="1 KiB records per batched produce run (acks=all, linger.ms=5); the consume run reads them back.")
-@click.option("--consume-passes", default=3, show_default=True, type=click.IntRange(1),
+@click.option("--consume-passes", default=12, show_default=True, type=click.IntRange(1),
               help="Times the consume run reads those records from offset 0, each with a fresh consumer timed from its first record to its last.")
 @click.option("--small-records", default=40_000, show_default=True, type=click.IntRange(100),
               help="100 B records per unbatched produce run (linger.ms=0).")
