@@ -81,10 +81,12 @@ class CutThrough:
             self.scan.skip(n)
 
     def recv_size(self) -> int:
-        """With a scan, read just what it wants next, so the records after it can be relayed."""
+        """With a scan, read a little past what it wants next (a field, a short skip),
+        not up to a full read: the records after it can then be relayed, and the
+        few bytes that end a frame come in one read, not one per field."""
         scan = self.scan
         want = (scan.pending_read or scan.pending_skip) if scan is not None else 0
-        return min(self.remaining, want or net.RECV_BYTES)
+        return min(self.remaining, max(want, RELAY_MIN_BYTES) if want else net.RECV_BYTES)
 
 
 class ConnectionClosed(Exception):
