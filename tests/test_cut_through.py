@@ -194,3 +194,72 @@ def test_clients_are_offered_fetch_without_leader_hints_unless_asked(proxy_facto
     """Fetch v16+ responses carry leader hints to rewrite, which rules out streaming them."""
     assert _api_versions_through(proxy_factory())[apis.FETCH] == 15
     assert _api_versions_through(proxy_factory("--fetch-leader-hints"))[apis.FETCH] >= 16
+
+
+class SizedAnswerBroker:
+    """Answers each test request (client id "raw") with a frame of the size its body names."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            buf = b""
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                buf += data
+                while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
+                    size = struct.unpack(">i", buf[:4])[0]
+                    frame, buf = buf[4 : 4 + size], buf[4 + size :]
+                    if b"raw" not in frame:
+                        continue  # the proxy's own discovery: left unanswered
+                    corr = struct.unpack(">i", frame[4:8])[0]
+                    want = struct.unpack(">i", frame[-4:])[0]
+                    body = bytes(range(256)) * (want // 256)
+                    try:
+                        conn.sendall(response_frame(corr, body))
+                    except OSError:
+                        return
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_a_client_that_stops_reading_a_large_response_holds_up_no_one_else(proxy_factory) -> None:
+    # The stalled response is far larger than the socket buffers on its way,
+    # so the proxy is left mid-frame with the slow client's socket full.
+    upstream = SizedAnswerBroker()
+    try:
+        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=f"127.0.0.1:{upstream.port}")
+        slow = raw_connect(proxy.bootstrap)
+        big_size = 48 * 1024 * 1024
+        slow.sendall(request_frame(9999, 0, 1, struct.pack(">i", big_size)))
+        head = read_exactly(slow, 1024 * 1024)
+        assert len(head) == 1024 * 1024
+        time.sleep(0.5)  # the proxy now waits for the slow client to drain
+        others = [raw_connect(proxy.bootstrap) for _ in range(3)]
+        started = time.monotonic()
+        for i, s in enumerate(others):
+            s.sendall(request_frame(9999, 0, 7, struct.pack(">i", 4 * CUT_THROUGH_BYTES * (i + 1))))
+        for i, s in enumerate(others):
+            expected = response_frame(7, bytes(range(256)) * (4 * CUT_THROUGH_BYTES * (i + 1) // 256))
+            assert read_exactly(s, len(expected), timeout=5) == expected
+            s.close()
+        assert time.monotonic() - started < 5
+        rest = read_exactly(slow, 4 + 4 + big_size - len(head), timeout=30)
+        assert head + rest == response_frame(1, bytes(range(256)) * (big_size // 256))
+        slow.close()
+    finally:
+        upstream.close()
