@@ -18,18 +18,19 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from kproxy.broker import free_port
 from kproxy.obs.trace_files import iter_trace_events
 from kproxy.protocol import apis
 from kproxy.protocol.codec import encode_response
 from kproxy.io.connection import CUT_THROUGH_BYTES
+from kproxy.protocol.framing import FrameBuffer
 from tests.fixtures.broker import create_topic
 from tests.fixtures.proxy import SILENT_UPSTREAM
+from tests.fixtures.scripted import ScriptedUpstream
 from tests.test_proxy_bad_input import raw_connect, request_frame
 from tests.test_response_rewrite import fetch_response
 
 
-class HalfThenRestBroker:
+class HalfThenRestBroker(ScriptedUpstream):
     """Answers one client's requests with scripted frames; the first frame's second
     half waits until `release` is set."""
 
@@ -37,41 +38,25 @@ class HalfThenRestBroker:
         self.responses = responses
         self.requests_expected = requests_expected
         self.release = threading.Event()
-        self.port = free_port()
-        self.server = socket.create_server(("127.0.0.1", self.port))
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        # The proxy's own broker discovery connects too; only the client's connection is scripted.
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
+    def answer(self, conn: socket.socket) -> None:
+        received = b""
+        while received.count(b"raw") < self.requests_expected:  # every test request carries client id "raw"
+            data = conn.recv(65536)
+            if not data:
                 return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            received = b""
-            while received.count(b"raw") < self.requests_expected:  # every test request carries client id "raw"
-                data = conn.recv(65536)
-                if not data:
-                    return
-                received += data
-            first, *rest = self.responses
-            half = len(first) // 2
-            conn.sendall(first[:half])
-            if not self.release.wait(10):
-                return
-            for i in range(half, len(first), 8192):  # the rest in small pieces
-                conn.sendall(first[i : i + 8192])
-            for frame in rest:
-                conn.sendall(frame)
-            time.sleep(2)
-
-    def close(self) -> None:
-        self.server.close()
+            received += data
+        first, *rest = self.responses
+        half = len(first) // 2
+        conn.sendall(first[:half])
+        if not self.release.wait(10):
+            return
+        for i in range(half, len(first), 8192):  # the rest in small pieces
+            conn.sendall(first[i : i + 8192])
+        for frame in rest:
+            conn.sendall(frame)
+        time.sleep(2)
 
 
 def read_exactly(s: socket.socket, n: int, timeout: float = 10.0) -> bytes:
@@ -93,9 +78,8 @@ def response_frame(corr: int, body: bytes) -> bytes:
 def test_a_large_response_streams_through_byte_exact(proxy_factory) -> None:
     big = response_frame(1, bytes(range(256)) * (3 * CUT_THROUGH_BYTES // 256))
     small = response_frame(2, b"small answer")
-    upstream = HalfThenRestBroker([big, small], requests_expected=2)
-    try:
-        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=f"127.0.0.1:{upstream.port}")
+    with HalfThenRestBroker([big, small], requests_expected=2) as upstream:
+        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=upstream.address)
         s = raw_connect(proxy.bootstrap)
         # An API key the proxy does not know stays on the fast path, untouched.
         s.sendall(request_frame(9999, 0, 1, b"a") + request_frame(9999, 0, 2, b"b"))
@@ -105,8 +89,6 @@ def test_a_large_response_streams_through_byte_exact(proxy_factory) -> None:
         rest = read_exactly(s, len(big) - len(big) // 2 + len(small))
         assert first_half + rest == big + small
         s.close()
-    finally:
-        upstream.close()
 
 
 def test_traced_fetch_response_keeps_its_error_codes(proxy_factory, tmp_path: Path) -> None:
@@ -118,10 +100,9 @@ def test_traced_fetch_response_keeps_its_error_codes(proxy_factory, tmp_path: Pa
         },
     )
     big = encode_response(value, 1)
-    upstream = HalfThenRestBroker([big], requests_expected=1)
     traces = tmp_path / "traces"
-    try:
-        proxy = proxy_factory(*SILENT_UPSTREAM, "--traces", str(traces), "--trace-level", "headers", upstream=f"127.0.0.1:{upstream.port}")
+    with HalfThenRestBroker([big], requests_expected=1) as upstream:
+        proxy = proxy_factory(*SILENT_UPSTREAM, "--traces", str(traces), "--trace-level", "headers", upstream=upstream.address)
         s = raw_connect(proxy.bootstrap)
         s.sendall(request_frame(apis.FETCH, 12, 1, b"\x00", client_id=b"raw"))
         first_half = read_exactly(s, len(big) // 2)
@@ -129,8 +110,6 @@ def test_traced_fetch_response_keeps_its_error_codes(proxy_factory, tmp_path: Pa
         upstream.release.set()
         assert first_half + read_exactly(s, len(big) - len(big) // 2) == big
         s.close()
-    finally:
-        upstream.close()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         events = [e for e in iter_trace_events(traces) if e["api"] == "fetch" and e["direction"] == "response"]
@@ -196,53 +175,28 @@ def test_clients_are_offered_fetch_without_leader_hints_unless_asked(proxy_facto
     assert _api_versions_through(proxy_factory("--fetch-leader-hints"))[apis.FETCH] >= 16
 
 
-class SizedAnswerBroker:
+class SizedAnswerBroker(ScriptedUpstream):
     """Answers each test request (client id "raw") with a frame of the size its body names."""
 
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.server = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            buf = b""
-            while True:
-                data = conn.recv(65536)
-                if not data:
-                    return
-                buf += data
-                while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
-                    size = struct.unpack(">i", buf[:4])[0]
-                    frame, buf = buf[4 : 4 + size], buf[4 + size :]
-                    if b"raw" not in frame:
-                        continue  # the proxy's own discovery: left unanswered
-                    corr = struct.unpack(">i", frame[4:8])[0]
-                    want = struct.unpack(">i", frame[-4:])[0]
-                    body = bytes(range(256)) * (want // 256)
-                    try:
-                        conn.sendall(response_frame(corr, body))
-                    except OSError:
-                        return
-
-    def close(self) -> None:
-        self.server.close()
+    def answer(self, conn: socket.socket) -> None:
+        frames = FrameBuffer()
+        while data := conn.recv(65536):
+            block, offsets = frames.feed(data)
+            ends = offsets[1:] + [len(block)]
+            for start, end in zip(offsets, ends):
+                frame = block[start + 4 : end]
+                if b"raw" not in frame:
+                    continue  # the proxy's own discovery: left unanswered
+                corr = struct.unpack_from(">i", frame, 4)[0]
+                want = struct.unpack_from(">i", frame, len(frame) - 4)[0]
+                conn.sendall(response_frame(corr, bytes(range(256)) * (want // 256)))
 
 
 def test_a_client_that_stops_reading_a_large_response_holds_up_no_one_else(proxy_factory) -> None:
     # The stalled response is far larger than the socket buffers on its way,
     # so the proxy is left mid-frame with the slow client's socket full.
-    upstream = SizedAnswerBroker()
-    try:
-        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=f"127.0.0.1:{upstream.port}")
+    with SizedAnswerBroker() as upstream:
+        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=upstream.address)
         slow = raw_connect(proxy.bootstrap)
         big_size = 48 * 1024 * 1024
         slow.sendall(request_frame(9999, 0, 1, struct.pack(">i", big_size)))
@@ -261,5 +215,3 @@ def test_a_client_that_stops_reading_a_large_response_holds_up_no_one_else(proxy
         rest = read_exactly(slow, 4 + 4 + big_size - len(head), timeout=30)
         assert head + rest == response_frame(1, bytes(range(256)) * (big_size // 256))
         slow.close()
-    finally:
-        upstream.close()

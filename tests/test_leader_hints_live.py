@@ -12,16 +12,15 @@ from __future__ import annotations
 import dataclasses
 import socket
 import struct
-import threading
 
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v10 import response as produce_v10
 from kio.static.primitive import i32
 
-from kproxy.broker import free_port
 from kproxy.protocol import apis
 from kproxy.protocol.codec import decode_response, encode_response
 from kproxy.protocol.framing import FrameBuffer
+from tests.fixtures.scripted import ScriptedUpstream
 from tests.test_cut_through import read_exactly
 from tests.test_proxy_bad_input import raw_connect, request_frame
 from tests.test_response_rewrite import produce_response
@@ -50,39 +49,25 @@ def produce_v10_response(corr: int, port: int, hinted: bool) -> bytes:
     return encode_response(value, corr)
 
 
-class ScriptedBroker:
+class ScriptedBroker(ScriptedUpstream):
     def __init__(self) -> None:
-        self.port = free_port()
-        self.server = socket.create_server(("127.0.0.1", self.port))
         self.sent: list[bytes] = []  # the Produce responses, as the broker sent them
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
+    def answer(self, conn: socket.socket) -> None:
         frames = FrameBuffer()
         produced = 0
-        with conn:
-            while data := conn.recv(65536):
-                block, offsets = frames.feed(data)
-                for start in offsets:
-                    api_key, _version, corr = struct.unpack_from(">hhi", block, start + 4)
-                    if api_key == apis.METADATA:
-                        conn.sendall(metadata_v1_response(corr, self.port))
-                    elif api_key == apis.PRODUCE:
-                        answer = produce_v10_response(corr, self.port, hinted=produced == 0)
-                        produced += 1
-                        self.sent.append(answer)
-                        conn.sendall(answer)
-
-    def close(self) -> None:
-        self.server.close()
+        while data := conn.recv(65536):
+            block, offsets = frames.feed(data)
+            for start in offsets:
+                api_key, _version, corr = struct.unpack_from(">hhi", block, start + 4)
+                if api_key == apis.METADATA:
+                    conn.sendall(metadata_v1_response(corr, self.port))
+                elif api_key == apis.PRODUCE:
+                    answer = produce_v10_response(corr, self.port, hinted=produced == 0)
+                    produced += 1
+                    self.sent.append(answer)
+                    conn.sendall(answer)
 
 
 def read_frame(s: socket.socket) -> bytes:
@@ -91,17 +76,14 @@ def read_frame(s: socket.socket) -> bytes:
 
 
 def test_produce_leader_hints_point_at_the_proxy_and_plain_answers_pass_untouched(proxy_factory) -> None:
-    upstream = ScriptedBroker()
-    try:
-        proxy = proxy_factory(upstream=f"127.0.0.1:{upstream.port}")
+    with ScriptedBroker() as upstream:
+        proxy = proxy_factory(upstream=upstream.address)
         s = raw_connect(proxy.bootstrap)
         s.sendall(request_frame(apis.PRODUCE, 10, 1, b"\x00" + PRODUCE_BODY))
         hinted = decode_response(apis.PRODUCE, 10, read_frame(s)[4:])
         s.sendall(request_frame(apis.PRODUCE, 10, 2, b"\x00" + PRODUCE_BODY))
         plain = read_frame(s)
         s.close()
-    finally:
-        upstream.close()
     (endpoint,) = hinted.node_endpoints
     assert hinted.responses[0].partition_responses[0].error_code == ErrorCode.not_leader_or_follower
     assert int(endpoint.node_id) == NODE_ID

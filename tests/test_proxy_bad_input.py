@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
 
 import httpx
@@ -12,6 +11,7 @@ from confluent_kafka import Producer
 
 from kproxy.broker import free_port, start_broker
 from tests.fixtures.proxy import SILENT_UPSTREAM, metric_value
+from tests.fixtures.scripted import ScriptedUpstream
 
 
 def raw_connect(bootstrap: str) -> socket.socket:
@@ -86,40 +86,23 @@ def test_malformed_frames_close_only_their_connection(proxy_factory, topic_name:
     assert produce_works(proxy.bootstrap, topic_name)
 
 
-class RecordingUpstream:
+class RecordingUpstream(ScriptedUpstream):
     """A TCP peer that records every byte it receives (to check byte-exact passthrough)."""
 
     def __init__(self) -> None:
-        self.port = free_port()
         self.connections: list[bytearray] = []  # bytes received, one entry per connection
-        self.server = socket.create_server(("127.0.0.1", self.port))
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        super().__init__()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.server.accept()
-            except OSError:
-                return
-            received = bytearray()
-            self.connections.append(received)
-            threading.Thread(target=self._record, args=(conn, received), daemon=True).start()
-
-    @staticmethod
-    def _record(conn: socket.socket, received: bytearray) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                received += data
-
-    def close(self) -> None:
-        self.server.close()
+    def answer(self, conn: socket.socket) -> None:
+        received = bytearray()
+        self.connections.append(received)
+        while data := conn.recv(65536):
+            received += data
 
 
 def test_unknown_apis_pass_through_byte_exact(proxy_factory) -> None:
-    upstream = RecordingUpstream()
-    try:
-        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=f"127.0.0.1:{upstream.port}")
+    with RecordingUpstream() as upstream:
+        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=upstream.address)
         frames = (
             request_frame(9999, 3, 1, b"opaque body \x00\x01")  # unknown API key
             + request_frame(0, 2, 2, b"\x00\x01\x00\x00\x03\xe8\x00\x00\x00\x00")  # Produce v2: no decoder
@@ -138,8 +121,6 @@ def test_unknown_apis_pass_through_byte_exact(proxy_factory) -> None:
             time.sleep(0.05)
         assert mine and bytes(mine[0]) == frames
         s.close()
-    finally:
-        upstream.close()
 
 
 def test_unreachable_broker_disconnects_client_with_reason(proxy_factory) -> None:

@@ -38,9 +38,8 @@ def client_connection(upstream: RecordingUpstream, prefix: bytes):  # noqa: ANN2
 def test_a_large_request_streams_to_the_broker_byte_exact(proxy_factory) -> None:
     big = request_frame(9999, 0, 1, bytes(range(256)) * (3 * CUT_THROUGH_BYTES // 256))
     small = request_frame(9999, 0, 2, b"behind it")
-    upstream = RecordingUpstream()
-    try:
-        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=f"127.0.0.1:{upstream.port}")
+    with RecordingUpstream() as upstream:
+        proxy = proxy_factory(*SILENT_UPSTREAM, upstream=upstream.address)
         s = raw_connect(proxy.bootstrap)
         half = len(big) // 2
         s.sendall(big[:half])
@@ -51,8 +50,6 @@ def test_a_large_request_streams_to_the_broker_byte_exact(proxy_factory) -> None
         assert wait_for(lambda: len(client_connection(upstream, big[:10])) >= len(big) + len(small))
         assert bytes(client_connection(upstream, big[:10])) == big + small
         s.close()
-    finally:
-        upstream.close()
 
 
 def test_a_client_dying_inside_a_streamed_request_closes_only_its_connection(proxy_factory, topic_name) -> None:
