@@ -86,20 +86,10 @@ async def _move(src: trio.socket.SocketType, dst: trio.socket.SocketType, n: int
         if got == 0:
             raise EOFError("the peer closed the connection inside a frame")
         n -= got
-        chunk = buf[:got]
-        while chunk:
-            try:
-                sent = os.write(dst.fileno(), chunk)
-            except BlockingIOError:
-                unblocked = 0
-                try:
-                    await net.wait_writable(dst)
-                except OSError as exc:
-                    raise SinkFailed(exc.errno, exc.strerror) from None
-                continue
-            except OSError as exc:
-                raise SinkFailed(exc.errno, exc.strerror) from None
-            chunk = chunk[sent:]
+        try:
+            await net.send_all(dst, buf[:got])
+        except OSError as exc:
+            raise SinkFailed(exc.errno, exc.strerror) from None
         # A fast broker could keep this loop busy without ever blocking;
         # yield now and then, not after every chunk.
         unblocked += 1
