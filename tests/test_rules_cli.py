@@ -8,6 +8,8 @@ import asyncio
 import json
 import socket
 import textwrap
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -235,3 +237,16 @@ def test_unreachable_admin_api_is_a_clear_error() -> None:
     result = kproxy("list", "--admin", f"127.0.0.1:{_free_port()}", "--timeout", "2")
     assert result.exit_code == 1
     assert "cannot reach the admin API at 127.0.0.1:" in result.stderr
+
+
+def test_run_refuses_a_broken_rule_file_with_its_line_and_no_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("version: 1\nrules:\n  - id: x\n    match: {api: produce\n    action: {type: drop}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "kproxy", "run", "--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0",
+         "--no-admin", "--rules", str(bad)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"Error: {bad}:5: YAML syntax error"), done.stderr
+    assert "Traceback" not in done.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 import trio
 
+from kproxy.faults.errors import RuleFileError
 from kproxy.io.config import ProxyConfig, parse_endpoint
 from kproxy.obs.logs import setup_logging
 from kproxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -103,7 +104,7 @@ def run(upstreams, listen, advertise, broker_port_base, admin, no_admin, rules_p
         config.proxy_id = proxy_id
     try:
         trio.run(serve, config)
-    except OSError as exc:
+    except (OSError, RuleFileError) as exc:  # a port in use, an unreadable or invalid rule file
         raise click.ClickException(str(exc)) from exc
     except KeyboardInterrupt:
         pass
