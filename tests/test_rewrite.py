@@ -232,6 +232,12 @@ def test_may_name_brokers():
     assert addresses.may_name_brokers(b"\x00\x20" + UPSTREAM_HOST.encode() + b"\x00")
     assert not addresses.may_name_brokers(b"upstream-broker")
     assert not addresses.may_name_brokers(ADVERTISE.encode())
+    # Within a block of several frames only the given frame counts.
+    host = UPSTREAM_HOST.encode()
+    block = b"frame one " + host + b" frame two"
+    assert addresses.may_name_brokers_in(block, 0, 10 + len(host))
+    assert not addresses.may_name_brokers_in(block, 10 + len(host), len(block))
+    assert not addresses.may_name_brokers_in(block, 0, 10 + len(host) - 1)
 
 
 # ------------------------------------------------------------ ApiVersions

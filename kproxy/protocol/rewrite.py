@@ -61,7 +61,7 @@ class AddressMap:
         return True
 
     def may_name_brokers(self, payload: bytes) -> bool:
-        return any(needle in payload for needle in self.needles)
+        return self.may_name_brokers_in(payload, 0, len(payload))
 
     def may_name_brokers_in(self, block: bytes, start: int, end: int) -> bool:
         """may_name_brokers for block[start:end], without copying it out."""
