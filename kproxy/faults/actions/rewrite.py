@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from kproxy.faults.actions.fields import KafkaError
 from kproxy.faults.actions.registry import ActionParams, Draw, register
-from kproxy.faults.decisions import Rewrite
+from kproxy.faults.decisions import Rewrite, RewriteField
 from kproxy.faults.kafka_errors import resolve_error
 
 _STALE_FIELDS = ("fetch_stale_high_watermark", "fetch_stale_last_stable_offset")
@@ -16,14 +16,7 @@ _STALE_FIELDS = ("fetch_stale_high_watermark", "fetch_stale_last_stable_offset")
 
 class RewriteParams(ActionParams):
     type: Literal["rewrite"]
-    field: Literal[
-        "produce_error_offset_zero",
-        "fetch_stale_high_watermark",
-        "fetch_stale_last_stable_offset",
-        "fetch_drop_records",
-        "fetch_drop_control_batches",
-        "fetch_drop_aborted_transactions",
-    ]
+    field: RewriteField
     error: KafkaError | None = None
     lag: int | None = Field(default=None, ge=1)
 
