@@ -16,6 +16,9 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from kproxy.bench.reference import haproxy_path
+from kproxy.bench.report import format_table
+from kproxy.bench.runner import REFERENCE, THROUGHPUT_TARGETS, BenchConfig, PathResult, summarise
+from kproxy.bench.workloads import Sample
 
 needs_haproxy = pytest.mark.skipif(shutil.which("haproxy") is None, reason="Debian's haproxy is not installed")
 
@@ -56,3 +59,37 @@ def test_reference_refuses_an_external_broker() -> None:
     )
     assert run.returncode == 2
     assert "--reference" in run.stderr
+
+
+def _path(rates: list[float], latency_ms: float = 0.5) -> PathResult:
+    result = PathResult()
+    for rate in rates:
+        for workload in THROUGHPUT_TARGETS:
+            result.add(workload, Sample(int(rate), int(rate) * 1024, 1.0))
+        result.add("latency", Sample(1, 100, 1.0, [latency_ms]))
+    return result
+
+
+def test_ratios_pair_each_round_so_broker_drift_cancels() -> None:
+    # The broker slows between rounds; the proxy's second round ran after the
+    # slowdown, direct's before it. Each round the proxy kept 0.9 of direct
+    # but the median proxy rate over the median direct rate reads 0.56.
+    results = {
+        "direct": _path([100, 90, 50]),
+        "proxy": _path([90, 50, 45]),
+        "proxy+trace:headers": _path([81, 45, 45]),
+        REFERENCE: _path([100, 50, 50]),
+    }
+    out = summarise(results, BenchConfig(), memory=None)
+    assert out["paths"]["proxy"]["consume"]["ratio"] == pytest.approx(0.9)
+    assert out["paths"]["proxy"]["consume"]["records_per_s"] == 50  # rates stay medians
+    assert out["checks"]["consume"] is True
+    assert out["paths"]["proxy+trace:headers"]["cost_vs_proxy"]["consume"] == pytest.approx(0.1)
+    assert out["proxy_vs_reference"]["consume"] == pytest.approx(0.9)
+    assert "median over rounds of each round's pair" in format_table(out)
+
+
+def test_a_round_short_of_a_path_is_an_error_not_a_silent_pairing() -> None:
+    results = {"direct": _path([100, 90]), "proxy": _path([90])}
+    with pytest.raises(ValueError):
+        summarise(results, BenchConfig(), memory=None)

@@ -35,6 +35,7 @@ def format_table(result: dict[str, Any]) -> str:
         row += "".join(f"{paths[n]['latency_ms'].get(q, float('nan')):>22.3f}" for n in names)
         lines.append(row)
     lines.append("")
+    lines.append("rates: median over rounds; ratios: median over rounds of each round's pair")
     lines.append(f"added p99 latency through the proxy: {result['added_p99_ms']:.3f} ms (target <= {ADDED_P99_TARGET_MS} ms)")
     if "proxy_vs_reference" in result:
         versus = ", ".join(f"{LABELS[w].split(',')[0]} {r:.3f}" for w, r in result["proxy_vs_reference"].items())

@@ -2,7 +2,10 @@
 
 Every round runs each path (direct, proxy, and proxy with tracing when asked)
 in an order that alternates between rounds, so warm-up and drift hit both
-sides alike. Figures are the median over rounds; ratios are proxy / direct.
+sides alike. Figures are the median over rounds. A ratio is the median over
+rounds of that round's pair (proxy / direct measured minutes apart), not a
+ratio of medians: the broker slows as it holds more data, by a third over a
+run, and a ratio of medians taken from different rounds carries that drift.
 """
 
 from __future__ import annotations
@@ -57,6 +60,13 @@ class PathResult:
 
     def median_mib(self, workload: str) -> float:
         return statistics.median(s.mib_per_s for s in self.samples[workload])
+
+    def rates(self, workload: str) -> list[float]:
+        return [s.records_per_s for s in self.samples[workload]]
+
+    def paired_ratio(self, other: PathResult, workload: str) -> float:
+        """Median over rounds of this path's rate over `other`'s in the same round."""
+        return statistics.median(a / b for a, b in zip(self.rates(workload), other.rates(workload), strict=True))
 
     def latency_percentiles(self) -> dict[str, float]:
         lat = sorted(x for s in self.samples.get("latency", []) for x in s.latencies_ms)
@@ -175,8 +185,8 @@ def summarise(results: dict[str, PathResult], config: BenchConfig, memory: dict[
             entry[workload] = {
                 "records_per_s": res.median_rate(workload),
                 "mib_per_s": res.median_mib(workload),
-                "ratio": res.median_rate(workload) / direct.median_rate(workload),
-                "rounds_records_per_s": [s.records_per_s for s in res.samples[workload]],
+                "ratio": res.paired_ratio(direct, workload),
+                "rounds_records_per_s": res.rates(workload),
             }
         entry["latency_ms"] = res.latency_percentiles()
         out["paths"][name] = entry
@@ -188,16 +198,14 @@ def summarise(results: dict[str, PathResult], config: BenchConfig, memory: dict[
     checks["added_p99"] = added <= ADDED_P99_TARGET_MS
     for name in out["paths"]:
         if name.startswith("proxy+trace:"):
-            cost = {
-                w: 1.0 - out["paths"][name][w]["records_per_s"] / proxy[w]["records_per_s"] for w in THROUGHPUT_TARGETS
-            }
+            cost = {w: 1.0 - results[name].paired_ratio(results["proxy"], w) for w in THROUGHPUT_TARGETS}
             out["paths"][name]["cost_vs_proxy"] = cost
             if name.endswith(":headers"):
                 checks["tracing_headers_cost"] = max(cost.values()) <= TRACING_COST_TARGET
     if REFERENCE in out["paths"]:
         ref = out["paths"][REFERENCE]
         out["proxy_vs_reference"] = {
-            w: proxy[w]["records_per_s"] / ref[w]["records_per_s"] for w in THROUGHPUT_TARGETS
+            w: results["proxy"].paired_ratio(results[REFERENCE], w) for w in THROUGHPUT_TARGETS
         }
         out["reference_added_p99_ms"] = ref["latency_ms"].get("p99", 0.0) - direct_p99
     if memory is not None:
