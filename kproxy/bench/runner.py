@@ -3,7 +3,7 @@
 Every round runs each path (direct, proxy, and proxy with tracing when asked)
 in an order that alternates between rounds, so warm-up and drift hit both
 sides alike. Figures are the median over rounds. A ratio is the median over
-rounds of that round's pair (proxy / direct measured minutes apart), not a
+rounds of that round's pair (proxy / direct measured seconds apart), not a
 ratio of medians: the broker slows as it holds more data, by a third over a
 run, and a ratio of medians taken from different rounds carries that drift.
 """
