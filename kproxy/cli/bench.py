@@ -48,6 +48,10 @@ def bench(bootstrap, rounds, batched_records, consume_passes, small_records, rat
     alternating, and prints throughput, latency percentiles and the ratios
     against the targets in docs/performance.md. Header decoding and
     correlation tracking are always on in the proxy.
+
+    Rates are medians over rounds. A ratio is the median over rounds of
+    each round's own pair (proxy / direct, tracing / proxy, kproxy /
+    HAProxy), so the broker slowing as it fills does not tilt it.
     """
     from tqdm import tqdm
 
