@@ -71,9 +71,10 @@ def _path(rates: list[float], latency_ms: float = 0.5) -> PathResult:
 
 
 def test_ratios_pair_each_round_so_broker_drift_cancels() -> None:
-    # The broker slows between rounds; the proxy's second round ran after the
-    # slowdown, direct's before it. Each round the proxy kept 0.9 of direct
-    # but the median proxy rate over the median direct rate reads 0.56.
+    # The broker slows between rounds, and the slowdown landed inside round
+    # 2, between its direct and proxy runs. Two of three rounds' pairs are
+    # 0.9, so the median pair is 0.9; the median proxy rate over the median
+    # direct rate, drawn from different rounds, reads 0.56.
     results = {
         "direct": _path([100, 90, 50]),
         "proxy": _path([90, 50, 45]),
