@@ -97,6 +97,15 @@ class ConnectionClosed(Exception):
         self.reason = reason
 
 
+def _feed(frames: FrameBuffer, data: bytes, sender: str) -> tuple[bytes, list[int]]:
+    """The frames `data` completes; a malformed one counts as a protocol error and ends the connection."""
+    try:
+        return frames.feed(data)
+    except FrameError as exc:
+        metrics.protocol_errors.labels(exc.reason).inc()
+        raise ConnectionClosed(exc.reason, f"{sender} sent a bad frame: {exc}") from None
+
+
 class ClientConnection:
     def __init__(
         self,
@@ -215,11 +224,7 @@ class ClientConnection:
                 await self._client_eof()
                 return
             _REQUEST_BYTES.inc(len(data))
-            try:
-                block, offsets = frames.feed(data)
-            except FrameError as exc:
-                metrics.protocol_errors.labels(exc.reason).inc()
-                raise ConnectionClosed(exc.reason, f"client sent a bad frame: {exc}") from None
+            block, offsets = _feed(frames, data, "client")
             if offsets:
                 stream_refused = False
                 await self._forward_requests(block, offsets)
@@ -416,11 +421,7 @@ class ClientConnection:
             await self._cut_finish(cut)
             if not data:
                 return None, AFTER_CUT_RECV_BYTES
-        try:
-            block, offsets = frames.feed(data)
-        except FrameError as exc:
-            metrics.protocol_errors.labels(exc.reason).inc()
-            raise ConnectionClosed(exc.reason, f"broker sent a bad frame: {exc}") from None
+        block, offsets = _feed(frames, data, "broker")
         if offsets:
             await self._answer_frames(block, offsets)
         if frames.pending_frame_size >= CUT_THROUGH_BYTES and frames.pending >= 8:
