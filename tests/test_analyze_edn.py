@@ -31,6 +31,7 @@ from click.testing import CliRunner
 from kproxy.cli import main
 from kproxy.workload.edn_import import import_edn
 from kproxy.workload.history import HistoryWriter, Op, read_history, validate_history
+from kproxy.workload.names import load_names
 
 pytestmark = pytest.mark.spark
 
@@ -234,3 +235,23 @@ def test_import_then_analyze_through_the_cli(spark, tmp_path):
     [case] = report["anomalies"]["unseen"]
     assert (case["key"], case["value"], case["offset"]) == (0, 0, 0)
     assert report["stats"]["final_reads"] is False
+
+
+def test_keyword_and_string_keys_and_values_analyse_and_keep_their_names(spark, tmp_path):
+    """A history whose keys and values are Jepsen keywords and strings is
+    numbered on import; the analysis finds its G1a on the numbers, and the
+    report carries the originals, so a case can be read back as `:x`/`:a`."""
+    history = tmp_path / "named.jsonl"
+    result = CliRunner().invoke(main, ["history", "import", str(EDN.parent / "queue_named.edn"), "-o", str(history)])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "report"
+    result = CliRunner().invoke(main, ["analyze", "--history", str(history), "--out", str(out),
+                                       "--master", "local[2]"])
+    assert result.exit_code == 1, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["errors"] == ["G1a"] and report["stats"]["final_reads"] is True
+    [case] = report["anomalies"]["G1a"]
+    assert (case["key"], case["value"], case["offset"]) == (4, 0, 0)
+    names = report["stats"]["names"]
+    assert (names["keys"][str(case["key"])], names["values"][str(case["key"])][str(case["value"])]) == (":x", ":a")
+    assert names == load_names(history)

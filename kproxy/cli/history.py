@@ -21,7 +21,9 @@ def import_(source: Path, output: Path) -> None:
 
     SOURCE is a vector of op maps or one op map per line (Jepsen's
     history.edn). Nemesis ops and ops the format does not know are skipped
-    and counted.
+    and counted. Keys and values that are keywords or strings are numbered;
+    their originals go to OUTPUT.names.json, which `kproxy analyze` carries
+    into the report (docs/history.md).
     """
     from kproxy.workload.edn_import import EdnImportError, import_edn
 
@@ -33,6 +35,9 @@ def import_(source: Path, output: Path) -> None:
     detail = ", ".join(f"{f}: {n}" for f, n in sorted(summary.skipped_unknown_f.items()))
     click.echo(f"wrote {summary.written} ops to {output}; skipped {summary.skipped_nemesis} nemesis ops"
                f" and {skipped} ops of other functions{f' ({detail})' if detail else ''}")
+    if summary.names_path is not None:
+        click.echo(f"{summary.named_keys} named keys and {summary.named_values} named values: "
+                   f"originals in {summary.names_path}")
 
 
 @history.command()
