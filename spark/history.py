@@ -58,24 +58,25 @@ def load_history(spark: SparkSession, path: str) -> DataFrame:
     )
 
 
-def flatten_mops(ops: DataFrame) -> DataFrame:
+def flatten_mops(ops: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
     """One row per send micro-op and per polled record.
 
     Columns: index, time, process, type, f, mop_index, mop ('send'|'poll'),
     key, offset (null when unknown), value, pos (the record's position in its
-    poll list for that key; 0 for sends). A poll that returned nothing for a
-    key yields no row; an invoked ``["poll"]`` yields none either.
+    poll list for that key; 0 for sends), then the ``carry`` columns of the
+    operation. A poll that returned nothing for a key yields no row; an
+    invoked ``["poll"]`` yields none either.
     """
     mops = (
         ops.where(F.col("f").isin(*DATA_FS))
         .select(
-            "index", "time", "process", "type", "f",
+            "index", "time", "process", "type", "f", *carry,
             F.posexplode(F.from_json("value", _RAW_ARRAY)).alias("mop_index", "mop_json"),
         )
         .withColumn("parts", F.from_json("mop_json", _RAW_ARRAY))
         .withColumn("mop", F.get("parts", 0))
     )
-    base = ["index", "time", "process", "type", "f", "mop_index", "mop"]
+    base = ["index", "time", "process", "type", "f", "mop_index", "mop", *carry]
 
     sends = mops.where(F.col("mop") == "send")
     send_arg = F.get(sends["parts"], 2)

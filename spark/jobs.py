@@ -35,6 +35,21 @@ def _quiet(_: str) -> None:
     pass
 
 
+class JobCounter:
+    """How many Spark jobs the analysis launched: every job from here on runs
+    in one job group, which Spark's status tracker lists."""
+
+    def __init__(self, spark) -> None:  # noqa: ANN001
+        import uuid
+
+        self._context = spark.sparkContext
+        self._group = f"kproxy-analyze-{uuid.uuid4().hex}"
+        self._context.setJobGroup(self._group, "kproxy analyze")
+
+    def count(self) -> int:
+        return len(self._context.statusTracker().getJobIdsForGroup(self._group))
+
+
 class InputError(Exception):
     """The history or traces cannot be read (exit code 2)."""
 
@@ -51,6 +66,7 @@ def analyze(
     isolation: str = "auto",
     progress: Progress = _quiet,
     spark=None,  # noqa: ANN001 - an existing SparkSession (tests, notebooks)
+    ww_deps: bool = True,
 ) -> dict:
     """Check the history (and the traces when given); write
     out_dir/report.json and out_dir/report.html; return the report."""
@@ -62,65 +78,63 @@ def analyze(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    # Spark is imported here so `--help` and input errors stay fast.
-    from pyspark.sql import functions as F
-
-    from spark.checks import allowed_anomalies, history_checks, summary, summary_counts, unseen_over_time
-    from spark.history import flatten_mops, load_history
-    from spark.report import final_reader, txn_outcomes_over_time
+    from spark.checks import allowed_anomalies, cases_of, summary, summary_counts, unseen_series
+    from spark.checks.kernel import UNSEEN_BUCKET_NS
+    from spark.checks.keypass import collect_pass, history_pass
+    from spark.history import load_history
+    from spark.report import history_timeline, history_totals, read_timeline
 
     started = time.monotonic()
+    phases: dict[str, float] = {}
+    phase_started = [started, None]
 
-    def step(message: str) -> None:
+    def step(message: str, phase: str | None = None) -> None:
         # The elapsed time tells where a long analysis spends it.
-        progress(f"{message} (at {time.monotonic() - started:.1f} s)")
+        now = time.monotonic()
+        if phase_started[1] is not None:
+            phases[phase_started[1]] = round(now - phase_started[0], 3)
+        phase_started[:] = [now, phase]
+        progress(f"{message} (at {now - started:.1f} s)")
 
     if spark is None:
-        step(f"starting Spark ({master})")
+        step(f"starting Spark ({master})", "spark_start")
         from spark.session import get_session
 
         spark = get_session(master)
-    step(f"reading history {history_path}")
-    ops = load_history(spark, str(history_path)).cache()
-    describe_jobs(ops, "reading history")
-    # One pass for the numbers every later step needs (each action is a job).
-    totals = ops.agg(
-        F.count(F.lit(1)).alias("ops"),
-        F.count(F.when(F.col("type") != "invoke", 1)).alias("completed"),
-        F.min("time").alias("start"),
-        F.max((F.col("f") == "subscribe").cast("int")).alias("subscribe"),
-    ).first()
+    jobs = JobCounter(spark)
+    step(f"reading history {history_path}", "history_totals")
+    ops = load_history(spark, str(history_path))
+    describe_jobs(ops, "history totals")
+    summary_rows = summary(ops).collect()
+    totals = history_totals(summary_rows)
     if not totals["ops"]:
         raise InputError(f"no operations in {history_path}")
-    completed = totals["completed"]
-    # The summary, the unseen series, the history checks and the wire
-    # checks all flatten the micro-ops; cached once here, each of them finds
-    # this copy by its plan.
-    flatten_mops(ops).cache()
-
-    stats: dict = summary_counts(summary(ops))
-    stats["completed_ops"] = completed
+    stats: dict = summary_counts(summary_rows)
+    stats["completed_ops"] = totals["completed"]
     stats["history_start_ns"] = totals["start"]
-    stats["final_reads"] = final_reader(ops).count() > 0
-    subscribe = bool(totals["subscribe"])
+    subscribe = totals["subscribe"]
     stats["subscribe"] = subscribe
-    stats["unseen_over_time"] = _rows(unseen_over_time(flatten_mops(ops)).orderBy("time"))
-    stats["txn_outcomes"] = _rows(txn_outcomes_over_time(ops))
+    stats["ww_deps"] = ww_deps
+    describe_jobs(ops, "history timeline")
+    stats["txn_outcomes"], stats["final_reads"] = read_timeline(history_timeline(ops, totals).collect())
 
-    step("running history checks")
-    describe_jobs(ops, "history checks (cycle search)")
-    history_cases = history_checks(ops)
+    step("running history checks (one pass per key)", "history_checks")
+    describe_jobs(ops, "history checks: one grouped pass per key")
+    result = collect_pass(history_pass(ops, ww_deps))
+    step("searching dependency cycles", "cycle_search")
+    history_cases = cases_of(result)
+    stats["unseen_over_time"] = unseen_series(result, UNSEEN_BUCKET_NS)
 
     wire_cases: dict = {}
     if traces_dir is not None:
         from spark.traces import load_traces
         from spark.wire import clock_offset_ns, end_txn_outcomes, fault_phases, wire_checks
 
-        step(f"reading traces {traces_dir}")
+        step(f"reading traces {traces_dir}", "traces_read")
         traces = load_traces(spark, traces_dir).cache()
         describe_jobs(traces, "reading traces")
         stats["trace_events"] = traces.count()
-        step("running wire checks")
+        step("running wire checks", "wire_checks")
         # wire_checks caches the history's sends and the Produce attempts;
         # the clock offset joins those same frames, so it runs after.
         wire_cases = wire_checks(ops, traces, isolation)
@@ -132,18 +146,21 @@ def analyze(
         ] if offset is not None else []
         stats["end_txn_outcomes"] = _rows(end_txn_outcomes(traces))
 
-    step("collecting cases")
+    step("collecting cases", "collect_cases")
     describe_jobs(ops, "collecting cases")
-    report = build_report(history_cases, wire_cases, stats, allowed=allowed_anomalies(subscribe=subscribe))
-    report["stats"]["elapsed_s"] = round(time.monotonic() - started, 3)
-    write_json(report, str(out / "report.json"))
-    step("rendering report.html")
+    report = build_report(history_cases, wire_cases, stats,
+                          allowed=allowed_anomalies(subscribe=subscribe, ww_deps=ww_deps))
+    step("rendering report.html", "render")
     from spark.html import write_html
 
     write_html(report, str(out / "report.html"))
     describe_jobs(ops, None)
     spark.catalog.clearCache()
     step("done")
+    report["stats"]["elapsed_s"] = round(time.monotonic() - started, 3)
+    report["stats"]["phases_s"] = phases
+    report["stats"]["spark_jobs"] = jobs.count()
+    write_json(report, str(out / "report.json"))
     return report
 
 
@@ -156,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default=None,
                         help="Spark master; default: the one spark-submit set, else local[*]")
     parser.add_argument("--isolation", default="auto", choices=["auto", "read_committed", "read_uncommitted"])
+    parser.add_argument("--ww-deps", dest="ww_deps", action=argparse.BooleanOptionalAction, default=True,
+                        help="infer write-write dependencies from offsets (Jepsen's --ww-deps)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     progress = _quiet if args.quiet else (lambda msg: print(f"[analyze] {msg}", file=sys.stderr, flush=True))
@@ -169,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("WARN")
     try:
         report = analyze(args.history, args.traces, args.out, args.master or "local[*]",
-                         args.isolation, progress, spark=spark)
+                         args.isolation, progress, spark=spark, ww_deps=args.ww_deps)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

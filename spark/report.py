@@ -284,42 +284,79 @@ def write_json(report: Mapping[str, Any], path: str) -> None:
 # --- Report statistics computed in Spark (pure DataFrame -> DataFrame) -------
 
 
-def final_reader(ops):  # noqa: ANN001, ANN201 - pyspark imported lazily
-    """The final-reads process, if the history ends with one: a process
-    whose `ok` assign follows every write invocation and which then polls.
-    Columns: process, assign_index (zero or one row)."""
+def history_totals(summary_rows: Iterable[Any]) -> dict:
+    """What the analysis needs to know of the history as a whole, from
+    spark.checks.summary's rows: ops, completed, start (first time),
+    subscribe, last_write_invoke (index), outcome_span (first and last time of
+    completed send/txn ops, or None)."""
+    rows = list(summary_rows)
+    writes = [r for r in rows if r["f"] in ("send", "txn")]
+    invoked = [r["last_index"] for r in writes if r["type"] == "invoke"]
+    done = [r for r in writes if r["type"] in ("ok", "fail", "info")]
+    return {
+        "ops": sum(r["ops"] for r in rows),
+        "completed": sum(r["ops"] for r in rows if r["type"] != "invoke"),
+        "start": min((r["first_time"] for r in rows if r["first_time"] is not None), default=None),
+        "subscribe": any(r["f"] == "subscribe" for r in rows),
+        "last_write_invoke": max(invoked) if invoked else None,
+        "outcome_span": (min(r["first_time"] for r in done), max(r["last_time"] for r in done)) if done else None,
+    }
+
+
+def outcome_bucket_ns(span: tuple[int, int] | None, buckets: int = 60) -> int:
+    """The txn-outcomes chart's bucket width: the history's span in ``buckets`` steps."""
+    if span is None:
+        return 1
+    return max(-(-(span[1] - span[0] + 1) // buckets), 1)
+
+
+def history_timeline(ops, totals: Mapping[str, Any], buckets: int = 60):  # noqa: ANN001, ANN201
+    """One small frame for two report statistics, so they cost one job:
+
+    * ``outcome`` rows: completed send/txn ops per time bucket and outcome
+      (bucket_start_ns, bucket_ns, type, count);
+    * ``reader`` rows: per process, its first ok assign after every write
+      invocation (assign_index) and its last ok poll (poll_index), which
+      decide whether the history ends with final reads.
+    """
     from pyspark.sql import functions as F
 
-    last_write = ops.where(F.col("f").isin("send", "txn") & (F.col("type") == "invoke")).agg(
-        F.max("index").alias("last_write")
-    )
-    assigns = ops.where((F.col("f") == "assign") & (F.col("type") == "ok")).crossJoin(last_write).where(
-        F.col("last_write").isNull() | (F.col("index") > F.col("last_write"))
-    )
-    polls = ops.where((F.col("f") == "poll") & (F.col("type") == "ok")).select(
-        F.col("process").alias("poll_process"), F.col("index").alias("poll_index")
-    )
-    return (
-        assigns.join(polls, (assigns["process"] == polls["poll_process"]) & (polls["poll_index"] > assigns["index"]))
-        .groupBy("process")
-        .agg(F.min("index").alias("assign_index"))
-        .limit(1)
-    )
-
-
-def txn_outcomes_over_time(ops, buckets: int = 60):  # noqa: ANN001, ANN201
-    """Completed send/txn ops per time bucket and outcome: bucket_start_ns,
-    bucket_ns, type, count. The bucket width adapts to the history's span."""
-    from pyspark.sql import functions as F
-
-    done = ops.where(F.col("f").isin("send", "txn") & F.col("type").isin("ok", "fail", "info"))
-    span = done.agg(F.min("time").alias("t0"), F.max("time").alias("t1"))
-    width = F.greatest(F.ceil((F.col("t1") - F.col("t0") + 1) / buckets), F.lit(1))
-    return (
-        done.crossJoin(span)
-        .withColumn("bucket_ns", width)
-        .withColumn("bucket_start_ns", F.col("t0") + F.floor((F.col("time") - F.col("t0")) / F.col("bucket_ns")) * F.col("bucket_ns"))
-        .groupBy("bucket_start_ns", "bucket_ns", "type")
+    span = totals["outcome_span"]
+    width = outcome_bucket_ns(span, buckets)
+    t0 = span[0] if span else 0
+    outcomes = (
+        ops.where(F.col("f").isin("send", "txn") & F.col("type").isin("ok", "fail", "info"))
+        .withColumn("bucket_start_ns", F.lit(t0) + F.floor((F.col("time") - F.lit(t0)) / F.lit(width)) * F.lit(width))
+        .groupBy("bucket_start_ns", "type")
         .agg(F.count(F.lit(1)).alias("count"))
-        .orderBy("bucket_start_ns", "type")
+        .select(F.lit("outcome").alias("row"), "bucket_start_ns", F.lit(width).alias("bucket_ns"), "type", "count",
+                F.lit(None).cast("long").alias("process"), F.lit(None).cast("long").alias("assign_index"),
+                F.lit(None).cast("long").alias("poll_index"))
     )
+    last_write = totals["last_write_invoke"]
+    after_writes = F.lit(True) if last_write is None else F.col("index") > F.lit(last_write)
+    readers = (
+        ops.where((F.col("type") == "ok") & F.col("f").isin("assign", "poll"))
+        .groupBy("process")
+        .agg(
+            F.min(F.when((F.col("f") == "assign") & after_writes, F.col("index"))).alias("assign_index"),
+            F.max(F.when(F.col("f") == "poll", F.col("index"))).alias("poll_index"),
+        )
+        .where(F.col("assign_index").isNotNull())
+        .select(F.lit("reader").alias("row"), F.lit(None).cast("long").alias("bucket_start_ns"),
+                F.lit(None).cast("long").alias("bucket_ns"), F.lit(None).cast("string").alias("type"),
+                F.lit(None).cast("long").alias("count"), "process", "assign_index", "poll_index")
+    )
+    return outcomes.unionByName(readers)
+
+
+def read_timeline(rows: Iterable[Any]) -> tuple[list[dict], bool]:
+    """(txn outcomes over time, whether the history ends with final reads) from history_timeline's rows."""
+    outcomes, final_reads = [], False
+    for row in rows:
+        if row["row"] == "outcome":
+            outcomes.append({k: row[k] for k in ("bucket_start_ns", "bucket_ns", "type", "count")})
+        elif row["poll_index"] is not None and row["poll_index"] > row["assign_index"]:
+            final_reads = True
+    outcomes.sort(key=lambda r: (r["bucket_start_ns"], r["type"]))
+    return outcomes, final_reads

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from pyspark.sql import SparkSession
 
@@ -21,6 +22,9 @@ def get_session(
     20k-100k-operation histories (docs/performance-analysis.md).
     ``conf`` overrides any setting (tests use it for tiny-data settings).
     """
+    # Python workers must be this interpreter: the system one lacks pyarrow
+    # and pandas, which the grouped Arrow passes need.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     adaptive = "false" if master.startswith("local") else "true"
     builder = (
         SparkSession.builder.master(master)

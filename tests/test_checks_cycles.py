@@ -111,44 +111,43 @@ def test_abort_position_needs_a_definite_abort_and_no_reassignment(run_checks):
     assert run_checks(reassigned, "abort-position")["abort-position"] == []
 
 
-def _candidates(spark, pairs, rounds=3):
+def _candidates(pairs, rounds=3):
     from spark.checks.cycles import cycle_candidates
 
-    frame = spark.createDataFrame(pairs, "src long, dst long")
-    return {tuple(r) for r in cycle_candidates(frame, rounds=rounds).collect()}
+    return cycle_candidates(pairs, rounds=rounds)
 
 
-def test_pruning_keeps_a_cycle_and_drops_its_acyclic_tails(spark):
+def test_pruning_keeps_a_cycle_and_drops_its_acyclic_tails():
     cycle = [(10, 11), (11, 12), (12, 10)]
     # Edges into the cycle from earlier ops, out of it to later ops, and a
     # forward-only chain elsewhere: none of them can be on a cycle.
     tails = [(1, 2), (2, 10), (12, 20), (20, 21), (30, 31), (31, 32), (5, 11)]
-    assert _candidates(spark, cycle + tails) == set(cycle)
+    assert _candidates(cycle + tails) == set(cycle)
 
 
-def test_pruning_keeps_a_cycle_whose_ids_interleave_with_others(spark):
+def test_pruning_keeps_a_cycle_whose_ids_interleave_with_others():
     # The cycle spans ids 3..9; ids 4..8 belong to a chain inside that span,
     # and 5 -> 6 -> 7 hangs off it: the span keeps them, the degree rounds drop them.
     cycle = [(3, 9), (9, 3)]
     inside = [(4, 5), (5, 6), (6, 7), (7, 8)]
-    assert _candidates(spark, cycle + inside) == set(cycle)
+    assert _candidates(cycle + inside) == set(cycle)
     # Without degree rounds the span alone keeps the chain inside it.
-    assert _candidates(spark, cycle + inside, rounds=0) == set(cycle + inside)
+    assert _candidates(cycle + inside, rounds=0) == set(cycle + inside)
 
 
-def test_pruning_of_a_forward_only_graph_leaves_nothing(spark):
+def test_pruning_of_a_forward_only_graph_leaves_nothing():
     forward = [(a, b) for a in range(40) for b in (a + 1, a + 7) if b < 40]
-    assert _candidates(spark, forward) == set()
+    assert _candidates(forward) == set()
 
 
-def test_pruning_keeps_every_edge_inside_a_strongly_connected_component(spark):
+def test_pruning_keeps_every_edge_inside_a_strongly_connected_component():
     import random
 
     import networkx as nx
 
     rng = random.Random(7)
     pairs, on_cycles = [], set()
-    # Many small random graphs in disjoint id ranges, checked in one Spark run.
+    # Many small random graphs in disjoint id ranges, pruned together.
     for graph_no in range(60):
         base = graph_no * 100
         graph = nx.gnp_random_graph(12, rng.choice([0.05, 0.1, 0.2]), seed=rng.randrange(10**6), directed=True)
@@ -157,6 +156,6 @@ def test_pruning_keeps_every_edge_inside_a_strongly_connected_component(spark):
         for component in nx.strongly_connected_components(nx.DiGraph(edges)):
             if len(component) > 1:
                 on_cycles |= {(a, b) for a, b in edges if a in component and b in component}
-    kept = _candidates(spark, pairs)
+    kept = _candidates(pairs)
     assert on_cycles and on_cycles <= kept <= set(pairs)
     assert len(kept) < len(pairs)

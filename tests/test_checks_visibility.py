@@ -141,8 +141,9 @@ def test_nothing_unseen_when_every_ack_is_polled(run_checks):
 
 
 def test_unseen_counts_over_time(spark, tmp_path):
-    from spark.checks import unseen_by_key_over_time, unseen_over_time
-    from spark.history import flatten_mops, load_history
+    from spark.checks import unseen_series, unseen_series_by_key
+    from spark.checks.keypass import collect_pass, history_pass
+    from spark.history import load_history
     from tests.fixtures.spark import write_history
 
     history = [
@@ -151,8 +152,9 @@ def test_unseen_counts_over_time(spark, tmp_path):
         {**op(0, "ok", "send", [send(1, 1, 11)]), "index": 2, "time": 250},
         {**op(1, "ok", "poll", [poll(k1=[[0, 10], [1, 11]])]), "index": 3, "time": 450},
     ]
-    mops = flatten_mops(load_history(spark, write_history(tmp_path / "h.jsonl", history)))
-    total = [tuple(r) for r in unseen_over_time(mops, bucket_ns=100).orderBy("time").collect()]
+    ops = load_history(spark, write_history(tmp_path / "h.jsonl", history))
+    result = collect_pass(history_pass(ops, bucket_ns=100))
+    total = [(p["time"], p["unseen"]) for p in unseen_series(result, 100)]
     assert total == [(200, 2), (300, 3), (500, 1)]
-    per_key = sorted(tuple(r) for r in unseen_by_key_over_time(mops, bucket_ns=100).collect())
+    per_key = sorted((p["key"], p["time"], p["unseen"]) for p in unseen_series_by_key(result, 100))
     assert per_key == [(1, 200, 1), (1, 300, 2), (1, 500, 0), (2, 200, 1)]

@@ -39,8 +39,13 @@ Examples:
               help="How the consumers read: decides which Fetch responses count for broker-aborted-read. "
                    "auto: fetches answered with an aborted-transactions list are read_committed "
                    "(read_committed everywhere when no fetch carries one).")
+@click.option("--ww-deps/--no-ww-deps", "ww_deps", default=True, show_default=True,
+              help="Infer write-write dependencies from offsets, as Jepsen's --ww-deps: a G0 needs them, and with "
+                   "them a G1c of the form T1 <ww T2 <wr T1 is normal Kafka behaviour (tolerated); without them "
+                   "only wr edges are searched and any G1c is an error. The report's stats.ww_deps says which.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr and no summary on stdout.")
-def analyze(history: str, traces: str | None, out: str, master: str, isolation: str, quiet: bool) -> None:
+def analyze(history: str, traces: str | None, out: str, master: str, isolation: str, ww_deps: bool,
+            quiet: bool) -> None:
     """Check a client history, and with --traces correlate it with the
     proxy's wire traces, using Spark; write report.json and report.html to
     --out and print a short summary.
@@ -62,7 +67,8 @@ def analyze(history: str, traces: str | None, out: str, master: str, isolation: 
         click.echo(f"error: the analysis needs the 'analysis' extra (pip install 'kproxy[analysis]'): {exc}", err=True)
         sys.exit(EXIT_USAGE)
     try:
-        report = run_analysis(history, traces, out, master=master, isolation=isolation, progress=progress)
+        report = run_analysis(history, traces, out, master=master, isolation=isolation, progress=progress,
+                              ww_deps=ww_deps)
     except (InputError, FileNotFoundError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)

@@ -1,7 +1,9 @@
-"""Jepsen's Kafka queue checks over a client history, as Spark DataFrames.
+"""Jepsen's Kafka queue checks over a client history.
 
-``history_checks(ops)`` maps each anomaly name (Jepsen's names) to a
-DataFrame of its cases; an empty DataFrame means none were found. See
+``history_checks(ops)`` maps each anomaly name (Jepsen's names) to the list
+of its cases (dicts); an empty list means none were found. The per-key
+checks run in one grouped pass (spark.checks.keypass); the cycle search runs
+on the driver over what that pass's edges leave after pruning. See
 docs/analysis-checks.md for each definition.
 """
 
@@ -9,57 +11,17 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from spark.checks.abort_position import POSITIONS, abort_positions
-from spark.checks.causes import CAUSES, with_causes
-from spark.checks.contiguity import (
-    internal_poll_pairs,
-    read_neighbours,
-    internal_send_pairs,
-    nonmonotonic,
-    poll_pairs,
-    send_pairs,
-    skips,
-)
-from spark.checks.cycles import cycle_checks
-from spark.checks.orders import (
-    by_index,
-    by_value,
-    representative_positions,
-    duplicates,
-    inconsistent_offsets,
-    version_orders_from_mops,
-    writer_of,
-)
-from spark.checks.summary import summary, summary_counts, summary_from
-from spark.checks.visibility import (
-    aborted_reads,
-    lost_writes,
-    precommitted_reads,
-    unseen,
-    unseen_by_key_over_time,
-    unseen_over_time,
-)
-from spark.history import flatten_mops, membership_changes
+from spark.checks.causes import CAUSES
+from spark.checks.cycles import cycle_checks, merge_edges
+from spark.checks.kernel import KEY_CHECKS
+from spark.checks.keypass import PassResult, collect_pass, history_pass, version_orders
+from spark.checks.abort_position import POSITIONS
+from spark.checks.summary import summary, summary_counts
+from spark.checks.visibility import running_unseen
 
-#: Every name history_checks returns (cycle-search-incomplete only when the bound was hit).
-ANOMALY_NAMES = (
-    "inconsistent-offsets",
-    "duplicate",
-    "G1a",
-    "lost-write",
-    "unseen",
-    "poll-skip",
-    "nonmonotonic-poll",
-    "nonmonotonic-send",
-    "int-poll-skip",
-    "int-send-skip",
-    "int-nonmonotonic-poll",
-    "int-nonmonotonic-send",
-    "precommitted-read",
-    "G0",
-    "G1c",
-    "abort-position",
-)
+#: Every name history_checks returns (the cycle classes' *-cycle-exists and
+#: cycle-search-incomplete only when the search bound was hit).
+ANOMALY_NAMES = (*KEY_CHECKS, "G0", "G1c")
 
 #: Classifications rather than anomalies: reported, never a reason for invalid.
 INFORMATIONAL = frozenset({"abort-position"})
@@ -74,71 +36,42 @@ def allowed_anomalies(subscribe: bool = False, ww_deps: bool = True) -> frozense
     expected. With ww dependencies inferred from offsets, G1c cycles of the
     form T1 <ww T2 <wr T1 are normal.
     """
-    allowed = {"int-send-skip", "G0"} | INFORMATIONAL
+    allowed = {"int-send-skip", "G0", "G0-cycle-exists"} | INFORMATIONAL
     if subscribe:
         allowed |= {"poll-skip", "nonmonotonic-poll"}
     if ww_deps:
-        allowed |= {"G1c"}
+        allowed |= {"G1c", "G1c-cycle-exists"}
     return frozenset(allowed)
 
 
-def version_orders(ops: DataFrame) -> DataFrame:
-    """key, offset, value, vo_index: each key's log as sends and polls observed it."""
-    return version_orders_from_mops(flatten_mops(ops))
+def cases_of(result: PassResult) -> dict[str, list[dict]]:
+    """Every history check's cases from a collected pass, the cycles included."""
+    return {**result.cases, **cycle_checks(merge_edges(result.edges))}
 
 
-def history_checks(ops: DataFrame, cache: bool = True, names=None) -> dict[str, DataFrame]:
+def history_checks(ops: DataFrame, names=None, ww_deps: bool = True, **_) -> dict[str, list[dict]]:  # noqa: ANN001
     """Run every history check over ``ops`` (as returned by ``load_history``).
 
-    The DataFrames are lazy except the cycle search, which collects the
-    collapsed dependency graph; ``names`` limits the result (and skips the
-    cycle search unless G0 or G1c is named).
+    One Spark job (the grouped pass); ``names`` limits what is returned.
     """
-    spark = ops.sparkSession
-    mops = flatten_mops(ops)
-    if cache:
-        mops = mops.cache()
-    vo = version_orders_from_mops(mops)
-    if cache:
-        vo = vo.cache()
-    changes = membership_changes(ops)
-    if cache:
-        # Several checks build these same frames; Spark finds a cached frame
-        # by its plan, so caching them here makes every check reuse them
-        # instead of recomputing the aggregations and windows per check.
-        changes.cache()
-        by_value(vo).cache()
-        by_index(vo).cache()
-        representative_positions(vo).cache()
-        writer_of(mops).cache()
-        read_neighbours(mops, vo, changes).cache()
-
-    int_polls = internal_poll_pairs(mops, vo)
-    int_sends = internal_send_pairs(mops, vo)
-    polls = poll_pairs(mops, vo, changes)
-    sent = send_pairs(mops, vo, changes)
-
-    checks = {
-        "inconsistent-offsets": inconsistent_offsets(vo, mops),
-        "duplicate": duplicates(vo),
-        "G1a": aborted_reads(mops),
-        "lost-write": lost_writes(mops, vo),
-        "unseen": unseen(mops),
-        "poll-skip": with_causes(skips(polls, vo, ["index", "key"]), mops, vo, changes, skip=True),
-        "nonmonotonic-poll": with_causes(nonmonotonic(polls), mops, vo, changes, skip=False),
-        "nonmonotonic-send": nonmonotonic(sent),
-        "int-poll-skip": skips(int_polls, vo, ["index", "key", "prev_vo_index", "vo_index"]),
-        "int-send-skip": skips(int_sends, vo, ["index", "key", "prev_vo_index", "vo_index"]),
-        "int-nonmonotonic-poll": nonmonotonic(int_polls),
-        "int-nonmonotonic-send": nonmonotonic(int_sends),
-        "precommitted-read": precommitted_reads(mops),
-        "abort-position": abort_positions(mops, vo, changes, ops),
-    }
-    if names is None or {"G0", "G1c"} & set(names):
-        checks.update(cycle_checks(spark, mops, vo))
+    checks = cases_of(collect_pass(history_pass(ops, ww_deps)))
     if names is not None:
-        checks = {name: df for name, df in checks.items() if name in names}
+        checks = {name: cases for name, cases in checks.items() if name in names}
     return checks
+
+
+def unseen_series(result: PassResult, bucket_ns: int) -> list[dict]:
+    """Unseen acknowledged writes over all keys: [{time (end of bucket, ns), unseen}]."""
+    return running_unseen(result.unseen_deltas, bucket_ns)
+
+
+def unseen_series_by_key(result: PassResult, bucket_ns: int) -> list[dict]:
+    """The same per key: [{key, time, unseen}]."""
+    return [
+        {"key": key, **point}
+        for key in sorted(result.unseen_by_key)
+        for point in running_unseen(result.unseen_by_key[key], bucket_ns)
+    ]
 
 
 __all__ = [
@@ -147,11 +80,11 @@ __all__ = [
     "INFORMATIONAL",
     "POSITIONS",
     "allowed_anomalies",
+    "cases_of",
     "history_checks",
     "summary",
     "summary_counts",
-    "summary_from",
-    "unseen_by_key_over_time",
-    "unseen_over_time",
+    "unseen_series",
+    "unseen_series_by_key",
     "version_orders",
 ]

@@ -10,51 +10,45 @@ committed transaction already consumed.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-from spark.checks.contiguity import read_neighbours
+from spark.checks.contiguity import Segment
+from spark.checks.keyview import KeyView
 
 POSITIONS = ("advance", "rewind", "rewind-further")
 
 
-def abort_positions(mops: DataFrame, vo: DataFrame, changes: DataFrame, ops: DataFrame) -> DataFrame:
-    """One row per aborted transaction and key it read, with the next read of that key by the process.
+def abort_positions(view: KeyView, segs: list[Segment], errors: dict[int, str | None]) -> list[dict]:
+    """One case per aborted transaction and key it read, with the next read of that key by the process.
 
     Only definite aborts (``fail`` txn completions) are classified, and only
     when the process read the key again with no assignment change or crash
-    in between. Positions are compared in the version order:
-    next first position > aborted last position -> advance; within the
-    aborted range -> rewind; before the aborted first position -> rewind-further.
+    in between. Positions are compared in the version order: next first
+    position > aborted last position -> advance; within the aborted range ->
+    rewind; before the aborted first position -> rewind-further.
+    ``errors`` maps the read ops' indexes to their error.
 
-    Columns: key, process, abort_index, error, next_index, aborted_first_offset,
+    Fields: key, process, abort_index, error, next_index, aborted_first_offset,
     aborted_last_offset, next_first_offset, aborted_first_value,
     aborted_last_value, next_first_value, position.
     """
-    neigh = read_neighbours(mops, vo, changes)
-    aborted_txns = ops.where((F.col("f") == "txn") & (F.col("type") == "fail")).select(
-        F.col("index"), "error"
-    )
-    aborted = neigh.join(aborted_txns, "index").where(
-        "comparable_next AND last_vo_index IS NOT NULL AND first_vo_index IS NOT NULL "
-        "AND next.first_vo_index IS NOT NULL"
-    )
-    nxt = F.col("next.first_vo_index")
-    position = (
-        F.when(nxt > F.col("last_vo_index"), F.lit("advance"))
-        .when(nxt >= F.col("first_vo_index"), F.lit("rewind"))
-        .otherwise(F.lit("rewind-further"))
-    )
-    return aborted.select(
-        "key", "process",
-        F.col("index").alias("abort_index"),
-        "error",
-        F.col("next.index").alias("next_index"),
-        F.col("first_offset").alias("aborted_first_offset"),
-        F.col("last_offset").alias("aborted_last_offset"),
-        F.col("next.first_offset").alias("next_first_offset"),
-        F.col("first_value").alias("aborted_first_value"),
-        F.col("last_value").alias("aborted_last_value"),
-        F.col("next.first_value").alias("next_first_value"),
-        position.alias("position"),
-    ).orderBy("abort_index", "key")
+    cases = []
+    for seg in segs:
+        if seg.type != "fail" or seg.index not in errors or not seg.comparable_next:
+            continue
+        nxt = seg.next
+        if None in (seg.last_vo_index, seg.first_vo_index, nxt.first_vo_index):
+            continue
+        if nxt.first_vo_index > seg.last_vo_index:
+            position = "advance"
+        elif nxt.first_vo_index >= seg.first_vo_index:
+            position = "rewind"
+        else:
+            position = "rewind-further"
+        cases.append({
+            "key": view.key, "process": seg.process, "abort_index": seg.index, "error": errors[seg.index],
+            "next_index": nxt.index,
+            "aborted_first_offset": seg.first_offset, "aborted_last_offset": seg.last_offset,
+            "next_first_offset": nxt.first_offset,
+            "aborted_first_value": seg.first_value, "aborted_last_value": seg.last_value,
+            "next_first_value": nxt.first_value, "position": position,
+        })
+    return cases

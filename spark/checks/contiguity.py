@@ -4,212 +4,167 @@ Within one operation (``int-*``), consecutive reads (or sends) of a key must
 be adjacent in the key's version order. Across operations of one process,
 the first read of a key must directly follow the last read of it by that
 process's previous acknowledged operation, and sends must not go backwards.
-A change of assignment/subscription that drops a key, or a crash, resets the
-expectation for that key, as Jepsen does.
+A change of assignment/subscription that drops the key, or a crash, resets
+the expectation for that key, as Jepsen does.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass
 
-from spark.checks.orders import by_index, representative_positions
-from spark.history import polled, sends
+from spark.checks.keyview import Event, KeyView
 
 #: How many skipped values a case lists to explain itself; the delta says how many there were.
 MAX_SKIPPED_LISTED = 16
 
 
-def _delta(prev_index: Column, cur_index: Column) -> Column:
+def _delta(prev_position: int | None, position: int | None) -> int:
     # Unknown positions cannot prove anything: Jepsen treats them as adjacent.
-    return F.when(prev_index.isNotNull() & cur_index.isNotNull(), cur_index - prev_index).otherwise(F.lit(1))
+    if prev_position is None or position is None:
+        return 1
+    return position - prev_position
 
 
-def with_skipped(cases: DataFrame, vo: DataFrame, case_id: list[str]) -> DataFrame:
+def _internal_pairs(view: KeyView, rows: list[Event]) -> list[dict]:
+    pairs = []
+    previous: Event | None = None
+    for e in rows:  # ordered by (index, mop_index, pos)
+        if previous is not None and previous.index == e.index and previous.value is not None:
+            prev_position, position = view.position_of(previous.value), view.position_of(e.value)
+            pairs.append({
+                "key": view.key, "values": [previous.value, e.value], "delta": _delta(prev_position, position),
+                "index": e.index, "process": e.process, "type": e.type, "f": e.f, "mop_index": e.mop_index,
+                "prev_vo_index": prev_position, "vo_index": position,
+            })
+        previous = e
+    return pairs
+
+
+def internal_poll_pairs(view: KeyView) -> list[dict]:
+    return _internal_pairs(view, [e for e in view.polled if e.f in ("poll", "txn")])
+
+
+def internal_send_pairs(view: KeyView) -> list[dict]:
+    return _internal_pairs(view, [e for e in view.sends if e.f in ("send", "txn")])
+
+
+def with_skipped(view: KeyView, cases: list[dict]) -> list[dict]:
     """Add ``skipped``: the first values strictly between prev_vo_index and vo_index."""
-    positions = (
-        cases.select(
-            *case_id,
-            F.explode(
-                F.sequence(
-                    F.col("prev_vo_index") + 1,
-                    F.least(F.col("vo_index") - 1, F.col("prev_vo_index") + MAX_SKIPPED_LISTED),
-                )
-            ).alias("skipped_index"),
-        )
-        .join(
-            by_index(vo).select("key", F.col("vo_index").alias("skipped_index"), F.col("value").alias("skipped_value")),
-            ["key", "skipped_index"],
-        )
-        .groupBy(*case_id)
-        .agg(F.sort_array(F.collect_list(F.struct("skipped_index", "skipped_value"))).alias("s"))
-        .select(*case_id, F.col("s.skipped_value").alias("skipped"))
-    )
-    return cases.join(positions, case_id, "left")
+    for case in cases:
+        case["skipped"] = view.values_between(case["prev_vo_index"], case["vo_index"], MAX_SKIPPED_LISTED)
+    return cases
 
 
-def _positioned(rows: DataFrame, vo: DataFrame) -> DataFrame:
-    return rows.join(representative_positions(vo), ["key", "value"], "left")
+def skips(view: KeyView, pairs: list[dict]) -> list[dict]:
+    return with_skipped(view, [p for p in pairs if p["delta"] > 1])
 
 
-def _internal_pairs(rows: DataFrame, vo: DataFrame) -> DataFrame:
-    order = Window.partitionBy("index", "key").orderBy("mop_index", "pos")
-    return (
-        _positioned(rows, vo)
-        .withColumn("prev_value", F.lag("value").over(order))
-        .withColumn("prev_vo_index", F.lag("vo_index").over(order))
-        .where(F.col("prev_value").isNotNull())
-        .withColumn("delta", _delta(F.col("prev_vo_index"), F.col("vo_index")))
-        .select(
-            "key", F.array("prev_value", "value").alias("values"), "delta",
-            "index", "process", "type", "f", "mop_index", "prev_vo_index", "vo_index",
-        )
-    )
-
-
-def internal_poll_pairs(mops: DataFrame, vo: DataFrame) -> DataFrame:
-    return _internal_pairs(polled(mops).where(F.col("f").isin("poll", "txn")), vo)
-
-
-def internal_send_pairs(mops: DataFrame, vo: DataFrame) -> DataFrame:
-    return _internal_pairs(sends(mops).where(F.col("f").isin("send", "txn")), vo)
-
-
-def skips(pairs: DataFrame, vo: DataFrame, case_id: list[str]) -> DataFrame:
-    return with_skipped(pairs.where(F.col("delta") > 1), vo, case_id)
-
-
-def nonmonotonic(pairs: DataFrame) -> DataFrame:
-    return pairs.where(F.col("delta") < 1)
+def nonmonotonic(pairs: list[dict]) -> list[dict]:
+    return [p for p in pairs if p["delta"] < 1]
 
 
 # --- across operations of one process -------------------------------------
 
-def segments(rows: DataFrame, vo: DataFrame) -> DataFrame:
-    """Per operation and key: the first and last value it read (or sent), with positions.
+@dataclass
+class Segment:
+    """What one operation read (or sent) of the key: its first and last value, with positions."""
 
-    Columns: process, index, type, key, first_value, last_value, first_offset,
-    last_offset, first_vo_index, last_vo_index.
-    """
-    positioned = _positioned(rows, vo)
-    order = F.struct("mop_index", "pos")
-    return (
-        positioned.groupBy("process", "index", "type", "key")
-        .agg(
-            F.min_by("value", order).alias("first_value"),
-            F.max_by("value", order).alias("last_value"),
-            F.min_by("offset", order).alias("first_offset"),
-            F.max_by("offset", order).alias("last_offset"),
-            F.min_by("vo_index", order).alias("first_vo_index"),
-            F.max_by("vo_index", order).alias("last_vo_index"),
+    process: int
+    index: int
+    type: str
+    first_value: int | None
+    last_value: int | None
+    first_offset: int | None
+    last_offset: int | None
+    first_vo_index: int | None
+    last_vo_index: int | None
+    # Changes of the process before the op, and changes that kept this key up to it.
+    changes: int
+    kept: int
+    subscribed: bool
+    prev: Segment | None = None
+    next: Segment | None = None
+
+    @property
+    def comparable_prev(self) -> bool:
+        return self.prev is not None and _survives(self.prev, self)
+
+    @property
+    def comparable_next(self) -> bool:
+        return self.next is not None and _survives(self, self.next)
+
+
+def _survives(earlier: Segment, later: Segment) -> bool:
+    """The expectation carries over only if every change in between still listed the key."""
+    return later.changes - earlier.changes == later.kept - earlier.kept
+
+
+def segments(view: KeyView, rows: list[Event], previous_types: tuple[str, ...]) -> list[Segment]:
+    """One segment per operation that read (sent) the key, linked per process:
+    ``prev`` is the process's latest earlier segment whose type is in
+    previous_types, ``next`` the following one of any type."""
+    by_op: dict[int, list[Event]] = defaultdict(list)
+    for e in rows:
+        by_op[e.index].append(e)
+    kept_at: dict[int, list[int]] = defaultdict(list)
+    for e in view.kept:  # ordered by index
+        kept_at[e.process].append(e.index)
+    out: list[Segment] = []
+    last_of_process: dict[int, Segment] = {}
+    previous_usable: dict[int, Segment] = {}
+    for index in sorted(by_op):
+        mops = by_op[index]  # ordered by (mop_index, pos)
+        first, last = mops[0], mops[-1]
+        kept = bisect_right(kept_at.get(first.process, []), index)
+        seg = Segment(
+            process=first.process, index=index, type=first.type,
+            first_value=first.value, last_value=last.value, first_offset=first.offset, last_offset=last.offset,
+            first_vo_index=view.position_of(first.value), last_vo_index=view.position_of(last.value),
+            changes=first.changes, kept=kept, subscribed=first.last_change_f == "subscribe",
         )
-    )
+        seg.prev = previous_usable.get(seg.process)
+        before = last_of_process.get(seg.process)
+        if before is not None:
+            before.next = seg
+        last_of_process[seg.process] = seg
+        if seg.type in previous_types:
+            previous_usable[seg.process] = seg
+        out.append(seg)
+    return out
 
 
-_SEGMENT_FIELDS = [
-    "index", "type", "first_value", "last_value", "first_offset", "last_offset",
-    "first_vo_index", "last_vo_index", "changes", "kept",
-]
+def read_segments(view: KeyView) -> list[Segment]:
+    """Segments of every completed poll/txn's reads, each compared with the
+    process's previous *acknowledged* read (a failed or crashed op leaves the
+    position unproven), as in Jepsen. poll-skip, nonmonotonic-poll and
+    abort-position all start from these."""
+    return segments(view, [e for e in view.polled if e.f in ("poll", "txn")], ("ok",))
 
 
-def segment_neighbours(segs: DataFrame, changes: DataFrame, previous_types: tuple[str, ...]) -> DataFrame:
-    """Each segment with the previous segment of the same process and key (and the next one).
-
-    ``changes`` are membership changes (index, process, f, keys). Between two
-    segments of key k, the expectation survives only if every change in
-    between still lists k: with C = changes of the process so far and K =
-    those of them that listed k, the pair is comparable iff C and K grew by
-    the same amount. Both counts come from running sums, so no per-key
-    expansion of the change list is needed.
-
-    Adds: prev (struct of the previous segment whose type is in
-    previous_types, or null), next (struct of the following segment of any
-    type), comparable_prev, comparable_next, subscribed (the process's most
-    recent change was a subscribe).
-    """
-    seg_rows = segs.select(
-        "process", "index", "key", "type", "first_value", "last_value", "first_offset", "last_offset",
-        "first_vo_index", "last_vo_index", F.lit("seg").alias("kind"), F.lit(None).cast("string").alias("change_f"),
-    )
-    change_rows = changes.select(
-        "process", "index", F.lit(None).cast("long").alias("key"), F.col("type"),
-        *[F.lit(None).cast("long").alias(c) for c in
-          ("first_value", "last_value", "first_offset", "last_offset", "first_vo_index", "last_vo_index")],
-        F.lit("change").alias("kind"), F.col("f").alias("change_f"),
-    )
-    kept_rows = changes.select("process", "index", F.explode("keys").alias("key"), "type").select(
-        "process", "index", "key", "type",
-        *[F.lit(None).cast("long").alias(c) for c in
-          ("first_value", "last_value", "first_offset", "last_offset", "first_vo_index", "last_vo_index")],
-        F.lit("kept").alias("kind"), F.lit(None).cast("string").alias("change_f"),
-    )
-    by_process = Window.partitionBy("process").orderBy("index").rowsBetween(Window.unboundedPreceding, 0)
-    stream = (
-        seg_rows.unionByName(change_rows).unionByName(kept_rows)
-        .withColumn("changes", F.sum(F.when(F.col("kind") == "change", 1).otherwise(0)).over(by_process))
-        .withColumn("last_change_f", F.last("change_f", ignorenulls=True).over(by_process))
-        .where(F.col("kind") != "change")
-    )
-    per_key = Window.partitionBy("process", "key").orderBy("index")
-    before = per_key.rowsBetween(Window.unboundedPreceding, -1)
-    upto = per_key.rowsBetween(Window.unboundedPreceding, 0)
-    # The next segment is asked in the reversed order as the last one
-    # before: Spark evaluates a frame that ends at the partition's end afresh
-    # for every row, one that starts at its beginning in a single pass.
-    after = Window.partitionBy("process", "key").orderBy(F.col("index").desc()).rowsBetween(
-        Window.unboundedPreceding, -1
-    )
-    is_seg = F.col("kind") == "seg"
-    stream = stream.withColumn("kept", F.sum(F.when(F.col("kind") == "kept", 1).otherwise(0)).over(upto))
-    fields = F.struct(*_SEGMENT_FIELDS)
-    prev_candidate = F.when(is_seg & F.col("type").isin(*previous_types), fields)
-    next_candidate = F.when(is_seg, fields)
-    neighbours = (
-        stream.withColumn("prev", F.last(prev_candidate, ignorenulls=True).over(before))
-        .withColumn("next", F.last(next_candidate, ignorenulls=True).over(after))
-        .where(is_seg)
-    )
-    return neighbours.select(
-        "process", "index", "key", "type", "first_value", "last_value", "first_offset", "last_offset",
-        "first_vo_index", "last_vo_index", "prev", "next",
-        (F.col("prev").isNotNull() & ((F.col("changes") - F.col("prev.changes")) == (F.col("kept") - F.col("prev.kept")))).alias("comparable_prev"),
-        (F.col("next").isNotNull() & ((F.col("next.changes") - F.col("changes")) == (F.col("next.kept") - F.col("kept")))).alias("comparable_next"),
-        F.coalesce(F.col("last_change_f") == "subscribe", F.lit(False)).alias("subscribed"),
-    )
+def _cross_pairs(view: KeyView, segs: list[Segment]) -> list[dict]:
+    pairs = []
+    for seg in segs:
+        if not seg.comparable_prev:
+            continue
+        prev = seg.prev
+        pairs.append({
+            "key": view.key, "values": [prev.last_value, seg.first_value],
+            "delta": _delta(prev.last_vo_index, seg.first_vo_index),
+            "op_indexes": [prev.index, seg.index], "prev_index": prev.index, "index": seg.index,
+            "process": seg.process, "subscribed": seg.subscribed,
+            "prev_vo_index": prev.last_vo_index, "vo_index": seg.first_vo_index,
+        })
+    return pairs
 
 
-def _cross_pairs(neigh: DataFrame) -> DataFrame:
-    pairs = neigh.where("comparable_prev")
-    return pairs.select(
-        "key",
-        F.array("prev.last_value", "first_value").alias("values"),
-        _delta(F.col("prev.last_vo_index"), F.col("first_vo_index")).alias("delta"),
-        F.array("prev.index", "index").alias("op_indexes"),
-        F.col("prev.index").alias("prev_index"),
-        "index", "process", "subscribed",
-        F.col("prev.last_vo_index").alias("prev_vo_index"),
-        F.col("first_vo_index").alias("vo_index"),
-    )
+def poll_pairs(view: KeyView, segs: list[Segment]) -> list[dict]:
+    """Consecutive reads of the key by one process: last of its previous ok read vs first of this one."""
+    return _cross_pairs(view, segs)
 
 
-def read_neighbours(mops: DataFrame, vo: DataFrame, changes: DataFrame) -> DataFrame:
-    """segment_neighbours of every completed poll/txn's reads, each read
-    compared with the previous *acknowledged* read. poll-skip,
-    nonmonotonic-poll and abort-position all start from this frame."""
-    reads = polled(mops).where(F.col("f").isin("poll", "txn"))
-    return segment_neighbours(segments(reads, vo), changes, ("ok",))
-
-
-def poll_pairs(mops: DataFrame, vo: DataFrame, changes: DataFrame) -> DataFrame:
-    """Consecutive reads of a key by one process: last of its previous ok read vs first of this one.
-
-    Every completed poll/txn is checked against the previous *acknowledged*
-    read (a failed or crashed op leaves the position unproven), as in Jepsen.
-    """
-    return _cross_pairs(read_neighbours(mops, vo, changes))
-
-
-def send_pairs(mops: DataFrame, vo: DataFrame, changes: DataFrame) -> DataFrame:
-    """Consecutive sends to a key by one process (ok and info completions only)."""
-    writes = sends(mops).where(F.col("f").isin("send", "txn") & F.col("type").isin("ok", "info"))
-    return _cross_pairs(segment_neighbours(segments(writes, vo), changes, ("ok", "info")))
+def send_pairs(view: KeyView) -> list[dict]:
+    """Consecutive sends to the key by one process (ok and info completions only)."""
+    rows = [e for e in view.sends if e.f in ("send", "txn") and e.type in ("ok", "info")]
+    return _cross_pairs(view, segments(view, rows, ("ok", "info")))

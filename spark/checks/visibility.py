@@ -2,148 +2,126 @@
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
-from pyspark.sql import functions as F
+from collections import Counter
 
-from spark.checks.orders import by_index, by_value, committed_writer_ops, ok_reads, writer_of
-from spark.history import polled, sends
+from spark.checks.keyview import KeyView
 
 
-def aborted_reads(mops: DataFrame) -> DataFrame:
+def aborted_reads(view: KeyView) -> list[dict]:
     """G1a: an acknowledged poll returned a value whose send definitely failed.
 
-    Columns: key, value, offset, reader_index, reader_process, writer_index,
-    writer_process.
+    Fields: key, value, offset, reader_index, reader_process, writer_index,
+    writer_process (one case per reader op and value).
     """
-    failed = sends(mops).where(F.col("type") == "fail").select(
-        "key", "value",
-        F.col("index").alias("writer_index"),
-        F.col("process").alias("writer_process"),
-    )
-    readers = polled(mops).where(F.col("type") == "ok").select(
-        "key", "value", "offset",
-        F.col("index").alias("reader_index"),
-        F.col("process").alias("reader_process"),
-    )
-    return readers.join(failed, ["key", "value"]).dropDuplicates(["reader_index", "key", "value"])
+    failed: dict[int, object] = {}
+    for e in view.sends:
+        if e.type == "fail" and e.value is not None:
+            failed.setdefault(e.value, e)
+    cases, seen = [], set()
+    for r in view.polled:
+        writer = failed.get(r.value)
+        if r.type != "ok" or writer is None or (r.index, r.value) in seen:
+            continue
+        seen.add((r.index, r.value))
+        cases.append({
+            "key": view.key, "value": r.value, "offset": r.offset,
+            "reader_index": r.index, "reader_process": r.process,
+            "writer_index": writer.index, "writer_process": writer.process,
+        })
+    return cases
 
 
-def precommitted_reads(mops: DataFrame) -> DataFrame:
+def precommitted_reads(view: KeyView) -> list[dict]:
     """An operation polled a value that it sent itself, so before its own commit.
 
     Kafka consumers are never to see a record before the transaction that
     wrote it commits; a transaction's poll necessarily runs before its own
-    commit. Columns: index, process, type, key, value, offset.
+    commit. Fields: index, process, type, key, value, offset.
     """
-    written = sends(mops).select("index", "key", "value")
-    read = polled(mops).select("index", "process", "type", "key", "value", "offset")
-    return read.join(written, ["index", "key", "value"], "left_semi").dropDuplicates(["index", "key", "value"])
+    written = {(e.index, e.value) for e in view.sends}
+    cases, seen = [], set()
+    for r in view.polled:
+        if (r.index, r.value) in written and (r.index, r.value) not in seen:
+            seen.add((r.index, r.value))
+            cases.append({"index": r.index, "process": r.process, "type": r.type,
+                          "key": view.key, "value": r.value, "offset": r.offset})
+    return cases
 
 
-def lost_writes(mops: DataFrame, vo: DataFrame) -> DataFrame:
+def lost_writes(view: KeyView) -> list[dict]:
     """A committed write that no acknowledged poll returned, though a later value of its key was polled.
 
-    Per key, the bound is the highest position (earliest appearance) of any
-    value an acknowledged poll returned; every value whose last appearance
-    lies at or below it should have been read by someone. Columns: key,
-    value, offset, vo_index, max_read_index, max_read_value,
-    max_read_reader_index, writer_index, writer_process, writer_type.
+    The bound is the highest position (earliest appearance) of any value an
+    acknowledged poll returned; every value whose last appearance lies at or
+    below it should have been read by someone. Fields: key, value, offset,
+    vo_index, max_read_index, max_read_value, max_read_reader_index,
+    writer_index, writer_process, writer_type.
     """
-    positions = by_value(vo)
-    seen = ok_reads(mops)
-    bound = (
-        seen.join(positions, ["key", "value"])
-        .groupBy("key")
-        .agg(F.max("first_index").alias("max_read_index"))
-    )
-    bound_value = bound.join(
-        by_index(vo).withColumnRenamed("vo_index", "max_read_index").withColumnRenamed("value", "max_read_value"),
-        ["key", "max_read_index"],
-    ).drop("offset")
-    reader_at_bound = (
-        polled(mops).where(F.col("type") == "ok")
-        .select("key", F.col("value").alias("max_read_value"), F.col("index").alias("max_read_reader_index"))
-        .groupBy("key", "max_read_value")
-        .agg(F.min("max_read_reader_index").alias("max_read_reader_index"))
-    )
-    committed = committed_writer_ops(mops).withColumnRenamed("index", "writer_index")
-    offsets = vo.groupBy("key", "value").agg(F.min("offset").alias("offset"))
-    return (
-        positions.join(bound_value, "key")
-        .where(F.col("last_index") <= F.col("max_read_index"))
-        .join(seen, ["key", "value"], "left_anti")
-        .join(writer_of(mops), ["key", "value"])
-        .join(committed, "writer_index", "left_semi")
-        .join(reader_at_bound, ["key", "max_read_value"], "left")
-        .join(offsets, ["key", "value"], "left")
-        .select(
-            "key", "value", "offset", F.col("first_index").alias("vo_index"),
-            "max_read_index", "max_read_value", "max_read_reader_index",
-            "writer_index", "writer_process", "writer_type",
-        )
-    )
+    read_positions = [view.value_span[v][0] for v in view.ok_reads if v in view.value_span]
+    if not read_positions:
+        return []
+    bound = max(read_positions)
+    bound_value = view.by_index[bound][0]
+    readers = [r.index for r in view.polled if r.type == "ok" and r.value == bound_value]
+    cases = []
+    for value, (first, last) in sorted(view.value_span.items(), key=lambda kv: kv[1]):
+        writer = view.writer.get(value)
+        if last > bound or value in view.ok_reads or writer is None or writer.index not in view.committed_ops:
+            continue
+        cases.append({
+            "key": view.key, "value": value, "offset": min(view.offsets_of_value[value]), "vo_index": first,
+            "max_read_index": bound, "max_read_value": bound_value,
+            "max_read_reader_index": min(readers) if readers else None,
+            "writer_index": writer.index, "writer_process": writer.process, "writer_type": writer.type,
+        })
+    return cases
 
 
-def _acknowledged_sends(mops: DataFrame) -> DataFrame:
-    return sends(mops).where(F.col("type") == "ok")
+def _first_ok_polls(view: KeyView) -> dict[int, tuple[int, int]]:
+    """value -> (index, time) of the earliest acknowledged poll that returned it."""
+    first: dict[int, tuple[int, int]] = {}
+    for r in view.polled:
+        if r.type == "ok":
+            index, time = first.get(r.value, (r.index, r.time))
+            first[r.value] = (min(index, r.index), min(time, r.time))
+    return first
 
 
-def _first_ok_poll(mops: DataFrame) -> DataFrame:
-    return (
-        polled(mops).where(F.col("type") == "ok")
-        .groupBy("key", "value")
-        .agg(F.min("index").alias("seen_index"), F.min("time").alias("seen_time"))
-    )
-
-
-def unseen(mops: DataFrame) -> DataFrame:
+def unseen(view: KeyView) -> list[dict]:
     """Acknowledged writes that no acknowledged poll ever returned (as of the end of the history).
 
-    Columns: key, value, offset, send_index, send_time, process.
+    Fields: key, value, offset, send_index, send_time, process.
     """
-    return (
-        _acknowledged_sends(mops)
-        .join(_first_ok_poll(mops), ["key", "value"], "left_anti")
-        .select(
-            "key", "value", "offset",
-            F.col("index").alias("send_index"),
-            F.col("time").alias("send_time"),
-            "process",
-        )
-    )
+    return [
+        {"key": view.key, "value": e.value, "offset": e.offset, "send_index": e.index, "send_time": e.time,
+         "process": e.process}
+        for e in view.sends
+        if e.type == "ok" and e.value not in view.ok_reads
+    ]
 
 
-def _unseen_deltas(mops: DataFrame, bucket_ns: int) -> DataFrame:
-    """+1 when a write is acknowledged, -1 when it is first polled after that, per time bucket."""
-    acked = _acknowledged_sends(mops).select("key", "value", F.col("index").alias("send_index"), F.col("time").alias("send_time"))
-    joined = acked.join(_first_ok_poll(mops), ["key", "value"], "left")
-    ups = joined.select("key", F.floor(F.col("send_time") / bucket_ns).alias("bucket"), F.lit(1).alias("delta"))
-    # A value polled before its send was acknowledged was never unseen.
-    downs = joined.where(F.col("seen_index") > F.col("send_index")).select(
-        "key", F.floor(F.col("seen_time") / bucket_ns).alias("bucket"), F.lit(-1).alias("delta")
-    )
-    # Net zero in one bucket means the write was seen within the bucket.
-    return ups.unionByName(downs).groupBy("key", "bucket").agg(F.sum("delta").alias("delta"))
+def unseen_deltas(view: KeyView, bucket_ns: int) -> Counter:
+    """Per time bucket: +1 for each write acknowledged, -1 when it is first polled after that.
 
-
-def unseen_by_key_over_time(mops: DataFrame, bucket_ns: int = 1_000_000_000) -> DataFrame:
-    """Unseen acknowledged writes per key, as a step series: key, time (end of bucket, ns), unseen."""
-    running = Window.partitionBy("key").orderBy("bucket").rowsBetween(Window.unboundedPreceding, 0)
-    return _unseen_deltas(mops, bucket_ns).select(
-        "key",
-        ((F.col("bucket") + 1) * bucket_ns).alias("time"),
-        F.sum("delta").over(running).alias("unseen"),
-    )
-
-
-def unseen_over_time(mops: DataFrame, bucket_ns: int = 1_000_000_000) -> DataFrame:
-    """Unseen acknowledged writes over all keys: time (end of bucket, ns), unseen.
-
-    The global window only ever sees one row per bucket, so it stays small.
+    A value polled before its send was acknowledged was never unseen; net
+    zero in one bucket means the write was seen within the bucket.
     """
-    per_bucket = _unseen_deltas(mops, bucket_ns).groupBy("bucket").agg(F.sum("delta").alias("delta"))
-    running = Window.orderBy("bucket").rowsBetween(Window.unboundedPreceding, 0)
-    return per_bucket.select(
-        ((F.col("bucket") + 1) * bucket_ns).alias("time"),
-        F.sum("delta").over(running).alias("unseen"),
-    )
+    first = _first_ok_polls(view)
+    deltas: Counter = Counter()
+    for e in view.sends:
+        if e.type != "ok":
+            continue
+        deltas[e.time // bucket_ns] += 1
+        seen = first.get(e.value)
+        if seen is not None and seen[0] > e.index:
+            deltas[seen[1] // bucket_ns] -= 1
+    return deltas
+
+
+def running_unseen(deltas: dict[int, int], bucket_ns: int) -> list[dict]:
+    """Cumulative unseen count at the end of each bucket: [{time, unseen}]."""
+    total, series = 0, []
+    for bucket in sorted(deltas):
+        total += deltas[bucket]
+        series.append({"time": (bucket + 1) * bucket_ns, "unseen": total})
+    return series

@@ -1,0 +1,215 @@
+"""The history checks as one grouped pass over the history, partitioned by key.
+
+Every Kafka queue check except the dependency cycles is per key, so the
+history is partitioned by key once and each key's rows go through
+spark.checks.kernel.check_key in one ``groupBy("key").applyInArrow`` call.
+Its output is one frame of every check's cases (a ``check`` column and the
+case as JSON), the keys' dependency edges and their unseen-writes series,
+collected once. What crosses keys is computed before the pass, per
+operation, as columns of its rows:
+
+* per process (a window): how many membership changes came before each
+  operation, and which was the latest (poll-skip's reset, ``subscribed``);
+* per operation (from its own value): how many committed writes and whether
+  it read anything (the cycle graph's collapsing);
+* an ``info`` send proven committed by an acknowledged read of any of its
+  values, on any key (a join with a broadcast of the few proven ops).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import orjson
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from spark.checks.cycles import Edge
+from spark.checks.kernel import KEY_CHECKS, UNSEEN_BUCKET_NS, check_key
+from spark.checks.keyview import Event
+from spark.history import DATA_FS, MEMBERSHIP_FS, flatten_mops
+
+_RAW_ARRAY = "array<string>"
+_POLL_MAP = "map<string,array<array<long>>>"
+_LONG_ARRAY = "array<long>"
+
+#: The pass's output: a case (check, key, sort, case JSON), an edge
+#: (check '~edge' and the edge's fields) or an unseen delta (check '~unseen').
+OUTPUT_SCHEMA = StructType(
+    [
+        StructField("check", StringType()),
+        StructField("key", LongType()),
+        StructField("sort", LongType()),
+        StructField("case", StringType()),
+        StructField("src", LongType()),
+        StructField("dst", LongType()),
+        StructField("etype", StringType()),
+        StructField("value", LongType()),
+        StructField("value2", LongType()),
+        StructField("src_process", LongType()),
+        StructField("dst_process", LongType()),
+    ]
+)
+EDGE, UNSEEN = "~edge", "~unseen"
+
+
+def _op_columns(ops: DataFrame) -> DataFrame:
+    """Every operation with the cross-key facts its rows carry into the pass."""
+    is_change = (F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info")) | (F.col("f") == "crash")
+    before = Window.partitionBy("process").orderBy("index").rowsBetween(Window.unboundedPreceding, -1)
+    parts = F.transform(F.from_json("value", _RAW_ARRAY), lambda m: F.from_json(m, _RAW_ARRAY))
+    completed = F.col("type").isin("ok", "info")
+    writes = F.size(F.filter(parts, lambda p: F.get(p, 0) == "send"))
+    reads = F.exists(
+        parts,
+        lambda p: (F.get(p, 0) == "poll") & (F.size(p) > 1) & F.exists(
+            F.map_values(F.from_json(F.get(p, 1), _POLL_MAP)),
+            lambda records: F.exists(records, lambda r: F.get(r, 1).isNotNull()),
+        ),
+    )
+    return (
+        ops.withColumn("changes", F.coalesce(F.sum(is_change.cast("int")).over(before), F.lit(0)))
+        .withColumn("last_change_f", F.last(F.when(is_change, F.col("f")), ignorenulls=True).over(before))
+        .where(F.col("type") != "invoke")
+        .withColumn("op_writes", F.when(F.col("f").isin("send", "txn") & completed, writes).otherwise(0))
+        .withColumn("op_reads", F.coalesce(completed & F.col("f").isin(*DATA_FS) & reads, F.lit(False)))
+    )
+
+
+EVENT_COLUMNS = list(Event._fields)
+
+
+def key_events(ops: DataFrame) -> DataFrame:
+    """The pass's input: one row per completed send micro-op, per polled
+    record and per (membership change, key it kept), with Event's columns."""
+    done = _op_columns(ops)
+    carry = ("error", "op_writes", "op_reads", "changes", "last_change_f")
+    mops = flatten_mops(done, carry).where(F.col("key").isNotNull())
+    sends = mops.where(F.col("mop") == "send")
+    ok_reads = mops.where((F.col("mop") == "poll") & (F.col("type") == "ok")).select("key", "value")
+    proven = (
+        sends.where(F.col("type") == "info").select("key", "value", "index")
+        .join(ok_reads, ["key", "value"], "left_semi")
+        .select("index").distinct()
+        .withColumn("proven", F.lit(True))
+    )
+    kept = (
+        done.where(F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info"))
+        .select(
+            "index", "time", "process", "type", "f", *carry,
+            F.explode(F.coalesce(F.from_json("value", _LONG_ARRAY), F.array().cast(_LONG_ARRAY))).alias("key"),
+        )
+        .select(
+            F.lit("kept").alias("kind"), "index", "time", "process", "type", "f",
+            F.lit(0).alias("mop_index"), F.lit(0).alias("pos"),
+            F.lit(None).cast("long").alias("offset"), F.lit(None).cast("long").alias("value"),
+            "key", *carry,
+        )
+    )
+    rows = mops.select(
+        F.col("mop").alias("kind"), "index", "time", "process", "type", "f", "mop_index", "pos",
+        "offset", "value", "key", *carry,
+    ).unionByName(kept)
+    return (
+        rows.join(F.broadcast(proven), "index", "left")
+        .withColumn("proven", F.coalesce("proven", F.lit(False)))
+        .select("key", *EVENT_COLUMNS)
+    )
+
+
+def _events_of(table) -> list[Event]:  # noqa: ANN001 - a pyarrow.Table
+    columns = [table.column(name).to_pylist() for name in EVENT_COLUMNS]
+    return [Event._make(row) for row in zip(*columns)]
+
+
+def _output(rows: list[tuple]):  # noqa: ANN202
+    import pyarrow as pa
+
+    columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_SCHEMA.fields]
+    return pa.table(
+        {f.name: pa.array(list(c), type=pa.int64() if isinstance(f.dataType, LongType) else pa.string())
+         for f, c in zip(OUTPUT_SCHEMA.fields, columns)}
+    )
+
+
+def key_rows(key: int, events: list[Event], ww_deps: bool, bucket_ns: int) -> list[tuple]:
+    """check_key's findings for one key as OUTPUT_SCHEMA rows."""
+    result = check_key(key, events, ww_deps, bucket_ns)
+    rows: list[tuple] = []
+    for name, cases in result.cases.items():
+        order = KEY_CHECKS[name]
+        for case in cases:
+            rows.append((name, key, case.get(order), orjson.dumps(case).decode(), *([None] * 7)))
+    for e in result.edges:
+        rows.append((EDGE, e.key, None, None, e.src, e.dst, e.type, e.value, e.value2, e.src_process, e.dst_process))
+    for bucket, delta in result.unseen_deltas.items():
+        rows.append((UNSEEN, key, bucket, None, None, None, None, delta, None, None, None))
+    return rows
+
+
+def history_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_BUCKET_NS) -> DataFrame:
+    """Every key's findings (OUTPUT_SCHEMA); lazy: nothing runs until collected."""
+
+    def per_key(table):  # noqa: ANN001, ANN202 - pyarrow.Table in and out
+        key = table.column("key")[0].as_py()
+        return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns))
+
+    return key_events(ops).groupBy("key").applyInArrow(per_key, OUTPUT_SCHEMA)
+
+
+@dataclass
+class PassResult:
+    """The collected pass: cases by check (ordered), edges, unseen deltas per bucket."""
+
+    cases: dict[str, list[dict]] = field(default_factory=dict)
+    edges: list[Edge] = field(default_factory=list)
+    unseen_deltas: Counter = field(default_factory=Counter)
+    unseen_by_key: dict[int, Counter] = field(default_factory=dict)
+
+
+def collect_pass(frame: DataFrame) -> PassResult:
+    """Collect the pass once (Arrow) and sort it into cases, edges and deltas."""
+    return read_rows(frame.toArrow().to_pylist())
+
+
+def read_rows(rows: list[dict]) -> PassResult:
+    result = PassResult(cases={name: [] for name in KEY_CHECKS})
+    ordered: dict[str, list[tuple]] = {name: [] for name in KEY_CHECKS}
+    for row in rows:
+        check = row["check"]
+        if check == EDGE:
+            result.edges.append(Edge(row["src"], row["dst"], row["etype"], row["key"], row["value"], row["value2"],
+                                     row["src_process"], row["dst_process"]))
+        elif check == UNSEEN:
+            result.unseen_deltas[row["sort"]] += row["value"]
+            result.unseen_by_key.setdefault(row["key"], Counter())[row["sort"]] += row["value"]
+        else:
+            ordered[check].append((row["sort"] if row["sort"] is not None else -1, row["key"], row["case"]))
+    for name, found in ordered.items():
+        result.cases[name] = [orjson.loads(case) for _, _, case in sorted(found)]
+    return result
+
+
+VERSION_ORDER_SCHEMA = "key long, offset long, value long, vo_index long"
+
+
+def version_orders(ops: DataFrame) -> DataFrame:
+    """key, offset, value, vo_index: each key's log as sends and polls observed it."""
+
+    def per_key(table):  # noqa: ANN001, ANN202
+        import pyarrow as pa
+
+        from spark.checks.keyview import KeyView
+
+        key = table.column("key")[0].as_py()
+        vo = KeyView(key, _events_of(table)).vo
+        return pa.table({
+            "key": pa.array([key] * len(vo), pa.int64()),
+            "offset": pa.array([o for o, _, _ in vo], pa.int64()),
+            "value": pa.array([v for _, v, _ in vo], pa.int64()),
+            "vo_index": pa.array([i for _, _, i in vo], pa.int64()),
+        })
+
+    return key_events(ops).groupBy("key").applyInArrow(per_key, VERSION_ORDER_SCHEMA)
