@@ -122,6 +122,21 @@ def test_the_same_seed_writes_the_same_history(tmp_path):
     assert a != (tmp_path / "c.jsonl").read_bytes()
 
 
+def test_the_generator_reports_progress_and_writes_what_the_script_writes(tmp_path):
+    from kproxy.workload.synthetic import PROGRESS_EVERY
+    from kproxy.workload.synthetic import generate as synthesize
+
+    ops = 2 * PROGRESS_EVERY + 123
+    steps: list[int] = []
+    counts = synthesize(ops, tmp_path / "api.jsonl", seed=3, progress=steps.append)
+    assert sum(steps) == counts["completed"] == ops
+    assert steps[:2] == [PROGRESS_EVERY, PROGRESS_EVERY]
+    generate(tmp_path / "script.jsonl", ops, seed=3)
+    script_lines = (tmp_path / "script.jsonl").read_bytes()
+    assert (tmp_path / "api.jsonl").read_bytes() == script_lines
+    assert counts["history_lines"] == len(script_lines.splitlines())
+
+
 def test_analysis_of_a_clean_synthetic_history_and_its_traces_is_valid(synthetic, spark, tmp_path):
     from spark.jobs import analyze
 
