@@ -54,10 +54,6 @@ class InputError(Exception):
     """The history or traces cannot be read (exit code 2)."""
 
 
-def _rows(df) -> list[dict]:  # noqa: ANN001
-    return [r.asDict(recursive=True) for r in df.collect()]
-
-
 def analyze(
     history_path: str | os.PathLike,
     traces_dir: str | os.PathLike | None,
@@ -128,23 +124,14 @@ def analyze(
     wire_cases: dict = {}
     if traces_dir is not None:
         from spark.traces import load_traces
-        from spark.wire import clock_offset_ns, end_txn_outcomes, fault_phases, wire_checks
+        from spark.wire import read_wire_rows, wire_frame
 
         step(f"reading traces {traces_dir}", "traces_read")
-        traces = load_traces(spark, traces_dir).cache()
-        describe_jobs(traces, "reading traces")
-        stats["trace_events"] = traces.count()
-        step("running wire checks", "wire_checks")
-        # wire_checks caches the history's sends and the Produce attempts;
-        # the clock offset joins those same frames, so it runs after.
-        wire_cases = wire_checks(ops, traces, isolation)
-        offset = clock_offset_ns(ops, traces)
-        stats["trace_clock_offset_ns"] = offset
-        stats["phases"] = [
-            {**p, "start_ns": p["start_ns"] + (offset or 0), "end_ns": p["end_ns"] + (offset or 0)}
-            for p in _rows(fault_phases(traces))
-        ] if offset is not None else []
-        stats["end_txn_outcomes"] = _rows(end_txn_outcomes(traces))
+        traces = load_traces(spark, traces_dir)
+        step("running wire checks (one job)", "wire_checks")
+        describe_jobs(traces, "wire checks and statistics")
+        wire_cases, wire_stats = read_wire_rows(wire_frame(ops, traces, isolation).collect())
+        stats.update(wire_stats)
 
     step("collecting cases", "collect_cases")
     describe_jobs(ops, "collecting cases")

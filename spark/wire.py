@@ -578,31 +578,105 @@ def fault_impact(traces: DataFrame, cases: dict[str, DataFrame]) -> DataFrame:
     )
 
 
-def clock_offset_ns(ops: DataFrame, traces: DataFrame) -> int | None:
-    """History time minus trace monotonic time, estimated from acknowledged
-    sends (their completion follows the Produce response closely), so plots
-    can put wire events and history ops on one axis. None when nothing joins."""
+def clock_offset(ops: DataFrame, traces: DataFrame) -> DataFrame:
+    """One row, d: history time minus trace monotonic time, estimated from
+    acknowledged sends (their completion follows the Produce response
+    closely), so plots can put wire events and history ops on one axis. Null
+    when nothing joins."""
     acked = history_sends(ops).where((F.col("type") == "ok") & F.col("offset").isNotNull())
     attempts = produce_attempts(traces).where(F.col("status") == "ok").groupBy("key_long", "value_long").agg(
         F.min("mono_ns").alias("mono_ns")
     )
     joined = acked.join(attempts, (acked["key"] == attempts["key_long"]) & (acked["value"] == attempts["value_long"]))
-    row = joined.agg(F.percentile_approx(F.col("time") - F.col("mono_ns"), 0.5, 1000).alias("d")).first()
-    return None if row is None or row["d"] is None else int(row["d"])
+    return joined.agg(F.percentile_approx(F.col("time") - F.col("mono_ns"), 0.5, 1000).alias("d"))
+
+
+#: How each wire table is ordered in the report: (field, nulls last?) pairs.
+WIRE_ORDER = {
+    "torn-transaction": (("index", True), ("transactional_id", False)),
+    "client-outcome-mismatch": (("index", False),),
+    "spurious-offset": (("index", False), ("key", False)),
+    "ambiguous-error": (("key", False), ("value", False)),
+    "stale-end-txn": (("mono_ns", False), ("conn_id", False), ("correlation_id", False), ("copy", False)),
+    "late-produce": (("mono_ns", False), ("conn_id", False), ("correlation_id", False), ("copy", False)),
+    "broker-aborted-read": (("mono_ns", False), ("conn_id", False), ("correlation_id", False)),
+    "latency": (("api", False),),
+    "fault-impact": (("rule", False), ("anomaly", False)),
+    "~phases": (("start_ns", False),),
+    "~end-txn-outcomes": (("delivery_ns", False),),
+    "~trace-events": (),
+    "~clock-offset": (),
+}
+
+
+def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> DataFrame:
+    """Every wire check's cases and every wire statistic in one frame
+    (check, case as JSON), so the whole wire analysis is collected in one
+    Spark job: the anomalies of wire_checks, the ``latency`` and
+    ``fault-impact`` tables, and ``~phases``, ``~end-txn-outcomes``,
+    ``~trace-events`` and ``~clock-offset`` for the report's stats."""
+    tables = dict(wire_checks(ops, traces, isolation))
+    tables["~phases"] = fault_phases(traces)
+    tables["~end-txn-outcomes"] = end_txn_outcomes(traces)
+    tables["~trace-events"] = traces.agg(F.count(F.lit(1)).alias("events"))
+    tables["~clock-offset"] = clock_offset(ops, traces)
+    parts = [
+        frame.select(
+            F.lit(name).alias("check"),
+            F.to_json(F.struct(*[F.col(c) for c in frame.columns]), {"ignoreNullFields": "false"}).alias("case"),
+        )
+        for name, frame in tables.items()
+    ]
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    return union
+
+
+def _order_key(fields: tuple[tuple[str, bool], ...]):  # noqa: ANN202
+    def key(case: dict) -> tuple:
+        # Spark's ascending order: nulls first unless asked last.
+        return tuple(
+            ((1, 0) if last else (0, 0)) if case.get(name) is None else ((0, case[name]) if last else (1, case[name]))
+            for name, last in fields
+        )
+
+    return key
+
+
+def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
+    """wire_frame's collected rows -> (cases by check, in report order; the stats they give)."""
+    import orjson
+
+    tables: dict[str, list[dict]] = {name: [] for name in WIRE_ORDER}
+    for row in rows:
+        tables[row["check"]].append(orjson.loads(row["case"]))
+    for name, fields in WIRE_ORDER.items():
+        tables[name].sort(key=_order_key(fields))
+    offset = tables.pop("~clock-offset")
+    offset_ns = offset[0]["d"] if offset and offset[0].get("d") is not None else None
+    stats = {
+        "trace_events": tables.pop("~trace-events")[0]["events"],
+        "trace_clock_offset_ns": offset_ns,
+        "phases": [
+            {**p, "start_ns": p["start_ns"] + offset_ns, "end_ns": p["end_ns"] + offset_ns}
+            for p in tables.pop("~phases")
+        ] if offset_ns is not None else [],
+        "end_txn_outcomes": tables.pop("~end-txn-outcomes"),
+    }
+    tables.pop("~phases", None)
+    return tables, stats
 
 
 def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> dict[str, DataFrame]:
     """Every wire anomaly: name -> cases. `isolation` says how to tell
     read_committed fetches (see spark.traces.fetched_records)."""
-    # Every check reads these three; caching them keeps each check from
-    # re-running the trace flattening and the fate windows.
-    sent = history_sends(ops).cache()
-    attempts = produce_attempts(traces).cache()
+    sent = history_sends(ops)
+    attempts = produce_attempts(traces)
     # Only the columns the checks read: a Fetch record carries every column
-    # of its event, and at a million operations the whole width no longer
-    # fits the cache.
-    fetched = fetched_records(traces, isolation).select(*FETCHED_COLUMNS).cache()
-    log = landings(traces, isolation, attempts=attempts, fetched=fetched).cache()
+    # of its event.
+    fetched = fetched_records(traces, isolation).select(*FETCHED_COLUMNS)
+    log = landings(traces, isolation, attempts=attempts, fetched=fetched)
     cases: dict[str, DataFrame] = {
         "torn-transaction": torn_transactions(sent, log),
         "stale-end-txn": stale_end_txns(traces),
@@ -651,4 +725,5 @@ def end_txn_outcomes(traces: DataFrame) -> DataFrame:
         .orderBy("delivery_ns")
     )
 
-__all__ = ["WIRE_ANOMALIES", "clock_offset_ns", "end_txn_outcomes", "fault_phases", "history_sends", "wire_checks"]
+__all__ = ["WIRE_ANOMALIES", "clock_offset", "end_txn_outcomes", "fault_phases", "history_sends", "read_wire_rows",
+           "wire_checks", "wire_frame"]

@@ -12,13 +12,12 @@ pytestmark = pytest.mark.spark
 def _checks(spark, tmp_path, scenario, names=None, **kwargs):
     from spark.history import load_history
     from spark.traces import load_traces
-    from spark.wire import wire_checks
+    from spark.wire import read_wire_rows, wire_frame
 
     history, traces_dir = scenario.write(tmp_path)
-    cases = wire_checks(load_history(spark, str(history)), load_traces(spark, traces_dir), **kwargs)
-    # Collect only what a test looks at: each collect is a Spark job.
-    return {name: [r.asDict(recursive=True) for r in df.collect()]
-            for name, df in cases.items() if names is None or name in names}
+    frame = wire_frame(load_history(spark, str(history)), load_traces(spark, traces_dir), **kwargs)
+    cases, _ = read_wire_rows(frame.collect())
+    return {name: rows for name, rows in cases.items() if names is None or name in names}
 
 
 def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tmp_path):
