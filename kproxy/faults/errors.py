@@ -24,7 +24,9 @@ class Problem:
 
     def __str__(self) -> str:
         where = self.source if self.line is None else f"{self.source}:{self.line}"
-        return f"{where}: {format_path(self.path)}: {self.message}" if self.path else f"{where}: {self.message}"
+        # One problem a line, even when a parser's own message spans several.
+        message = " ".join(self.message.split())
+        return f"{where}: {format_path(self.path)}: {message}" if self.path else f"{where}: {message}"
 
 
 class RuleFileError(ValueError):

@@ -8,23 +8,32 @@ mapped back to the lines the YAML reader recorded.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path as FsPath
+from os import PathLike
 from typing import Any
 
 from pydantic import ValidationError
 
 from kproxy.faults.consistency import file_problems, rule_problems
 from kproxy.faults.errors import Path, Problem, RuleFileError
+from kproxy.faults.limits import MAX_DOCUMENT_BYTES
 from kproxy.faults.model import Rule, RuleFile
 from kproxy.faults.yaml_source import SourceData, read_yaml
 
 
-def load_rule_file(path: str | FsPath) -> RuleFile:
+def load_rule_file(path: str | PathLike[str]) -> RuleFile:
     """Read, parse and validate a rule file; RuleFileError names the file and line of each problem."""
     source = str(path)
     try:
-        text = FsPath(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        with open(path, "rb") as file:
+            # One byte past the limit tells a file that is too large without reading all of it.
+            raw = file.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise RuleFileError([Problem(source, None, (), f"cannot read the rule file: {exc}")]) from None
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise RuleFileError([Problem(source, None, (), f"the rule file is larger than {MAX_DOCUMENT_BYTES} bytes")])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise RuleFileError([Problem(source, None, (), f"cannot read the rule file: {exc}")]) from None
     return load_rule_text(text, source)
 
