@@ -216,7 +216,7 @@ def test_action_not_allowed_on_the_direction() -> None:
     ("api", "EndTx", "unknown API name 'EndTx'"),
     ("api", 9999, "unknown API key 9999"),
     ("versions", '"5-3"', "3 is below 5"),
-    ("partition", -1, "a partition is a number >= 0"),
+    ("partition", -1, "a partition is a number from 0 to 2147483647"),
     ("txn_number", "{min: 3, max: 2}", "max 2 is below min 3"),
     ("probability", 1.5, "less than or equal to 1"),
     ("nth", 0, "greater than or equal to 1"),

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from kproxy.faults.apis import resolve_api
+from kproxy.faults.limits import MAX_API_VERSION, MAX_COUNT
 
 VersionRange = tuple[int, int | None]  # inclusive; None: no upper bound
 
@@ -44,15 +45,18 @@ def parse_versions(value: Any) -> tuple[VersionRange, ...]:
     ranges = []
     for item in _as_list(value):
         if _is_int(item):
-            if item < 0:
-                raise ValueError(f"a version is not negative: {item}")
+            if not 0 <= item <= MAX_API_VERSION:
+                raise ValueError(f"a version is a number from 0 to {MAX_API_VERSION}, not {item}")
             ranges.append((item, item))
             continue
         if not isinstance(item, str):
             raise ValueError(f"a version is a number, a range like \"3-5\" or \"3+\", not {item!r}")
         m = _VERSION_SPEC.match(item)
         if not m:
-            raise ValueError(f"bad version range {item!r} (use 3, \"3-5\" or \"3+\")")
+            raise ValueError(f"bad version range {item[:40]!r} (use 3, \"3-5\" or \"3+\")")
+        # Compared as text first: int() of a thousand digits is slow, and no version has six.
+        if any(len(bound) > 5 or int(bound) > MAX_API_VERSION for bound in (m.group(1), m.group(3)) if bound):
+            raise ValueError(f"bad version range {item[:40]!r}: versions go from 0 to {MAX_API_VERSION}")
         low = int(m.group(1))
         if m.group(4) or (m.group(2) and m.group(3) is None):
             ranges.append((low, None))
@@ -69,8 +73,8 @@ def parse_versions(value: Any) -> tuple[VersionRange, ...]:
 def parse_partitions(value: Any) -> frozenset[int]:
     parts = set()
     for item in _as_list(value):
-        if not _is_int(item) or item < 0:
-            raise ValueError(f"a partition is a number >= 0, not {item!r}")
+        if not _is_int(item) or not 0 <= item <= MAX_COUNT:
+            raise ValueError(f"a partition is a number from 0 to {MAX_COUNT}, not {item!r}")
         parts.add(item)
     return frozenset(parts)
 
@@ -78,8 +82,8 @@ def parse_partitions(value: Any) -> frozenset[int]:
 def parse_txn_number(value: Any) -> tuple[int, int | None]:
     """2 or {min: 2, max: 4} (either bound optional) -> inclusive range."""
     if _is_int(value):
-        if value < 1:
-            raise ValueError(f"transaction numbers start at 1, not {value}")
+        if not 1 <= value <= MAX_COUNT:
+            raise ValueError(f"a transaction number is from 1 to {MAX_COUNT}, not {value}")
         return (value, value)
     if isinstance(value, dict):
         unknown = set(value) - {"min", "max"}
@@ -89,8 +93,8 @@ def parse_txn_number(value: Any) -> tuple[int, int | None]:
             raise ValueError("txn_number needs min, max or both")
         low, high = value.get("min", 1), value.get("max")
         for name, bound in (("min", low), ("max", high)):
-            if bound is not None and (not _is_int(bound) or bound < 1):
-                raise ValueError(f"txn_number {name} is a number >= 1, not {bound!r}")
+            if bound is not None and (not _is_int(bound) or not 1 <= bound <= MAX_COUNT):
+                raise ValueError(f"txn_number {name} is a number from 1 to {MAX_COUNT}, not {bound!r}")
         if high is not None and high < low:
             raise ValueError(f"txn_number max {high} is below min {low}")
         return (low, high)

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchem
 from kproxy.faults.actions import ACTIONS
 from kproxy.faults.fieldspecs import parse_apis, parse_partitions, parse_txn_number, parse_versions
 from kproxy.faults.globs import check_glob
+from kproxy.faults.limits import MAX_COUNT, MAX_DURATION_S, MAX_RULES, MAX_SEED
 
 # Ids and phase names become metric labels and URL path segments: keep them plain.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
@@ -75,17 +76,17 @@ class Match(_Strict):
     partition: PartitionField | None = None
     committed: bool | None = Field(default=None, description="EndTxn only: true for commit, false for abort")
     txn_number: TxnNumberField | None = None
-    nth: int | None = Field(default=None, ge=1, description="apply only to the n-th match (after `after`)")
-    every: int | None = Field(default=None, ge=1, description="apply to every k-th match (after `after`)")
-    after: int | None = Field(default=None, ge=0, description="skip the first n matches")
-    probability: float | None = Field(default=None, ge=0, le=1, description="seeded chance of applying")
+    nth: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="apply only to the n-th match (after `after`)")
+    every: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="apply to every k-th match (after `after`)")
+    after: int | None = Field(default=None, ge=0, le=MAX_COUNT, description="skip the first n matches")
+    probability: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False, description="seeded chance of applying")
     phase: Name | None = Field(default=None, description="only while this schedule phase is active")
 
 
 class Limits(_Strict):
-    count: int | None = Field(default=None, ge=1, description="apply at most this many times")
+    count: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="apply at most this many times")
     once: bool = Field(default=False, description="same as count: 1")
-    duration_s: float | None = Field(default=None, gt=0, description="active this long after load, or after its phase started")
+    duration_s: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False, description="active this long after load, or after its phase started")
 
     @model_validator(mode="after")
     def _once_agrees_with_count(self) -> "Limits":
@@ -113,7 +114,7 @@ class Rule(_Strict):
 
 class Phase(_Strict):
     name: Name
-    duration_s: float = Field(gt=0)
+    duration_s: float = Field(gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
     rules: list[Name] = Field(default_factory=list, description="ids of rules active in this phase")
 
 
@@ -128,6 +129,6 @@ class Schedule(_Strict):
 
 class RuleFile(_Strict):
     version: Literal[1]
-    seed: int | None = Field(default=None, description="seed of the probability and jitter draws")
-    rules: list[Rule] = Field(default_factory=list)
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="seed of the probability and jitter draws")
+    rules: list[Rule] = Field(default_factory=list, max_length=MAX_RULES)
     schedule: Schedule | None = None

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PlainValidator, WithJsonSchema
 
 from kproxy.faults.kafka_errors import resolve_error
+from kproxy.faults.limits import MAX_FAULT_MS
 
 
 def _known_error(value: Any) -> str | int:
@@ -23,5 +24,5 @@ KafkaError = Annotated[
     WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}],
                     "description": "Kafka error name (NOT_LEADER_OR_FOLLOWER) or numeric code (6)"}),
 ]
-Milliseconds = Annotated[float, Field(ge=0)]
+Milliseconds = Annotated[float, Field(ge=0, le=MAX_FAULT_MS, allow_inf_nan=False)]
 HoldEvent = Literal["next_txn_records", "client_retry", "client_disconnect"]

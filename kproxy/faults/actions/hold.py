@@ -9,13 +9,14 @@ from pydantic import Field
 from kproxy.faults.actions.fields import HoldEvent
 from kproxy.faults.actions.registry import ActionParams, Draw, register
 from kproxy.faults.decisions import Hold
+from kproxy.faults.limits import MAX_FAULT_MS
 
 
 class HoldParams(ActionParams):
     type: Literal["hold"]
     until: HoldEvent
     # Deliver anyway after this long; absent means wait for the event however long it takes.
-    timeout_ms: float | None = Field(default=None, gt=0)
+    timeout_ms: float | None = Field(default=None, gt=0, le=MAX_FAULT_MS, allow_inf_nan=False)
     # Deliver over the proxy's own upstream connection, even after the client hung up.
     ghost: bool = False
 

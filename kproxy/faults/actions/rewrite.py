@@ -10,6 +10,7 @@ from kproxy.faults.actions.fields import KafkaError
 from kproxy.faults.actions.registry import ActionParams, Draw, register
 from kproxy.faults.decisions import Rewrite, RewriteField
 from kproxy.faults.kafka_errors import resolve_error
+from kproxy.faults.limits import MAX_COUNT
 
 _STALE_FIELDS = ("fetch_stale_high_watermark", "fetch_stale_last_stable_offset")
 
@@ -18,7 +19,7 @@ class RewriteParams(ActionParams):
     type: Literal["rewrite"]
     field: RewriteField
     error: KafkaError | None = None
-    lag: int | None = Field(default=None, ge=1)
+    lag: int | None = Field(default=None, ge=1, le=MAX_COUNT)
 
     @model_validator(mode="after")
     def _parameters_fit_the_field(self) -> "RewriteParams":
