@@ -4,7 +4,7 @@ They live next to the engine so the proxy and the tests serve the very same
 API. Routes (JSON in and out):
 
     GET    /rules               {"rules": [...], "phase": name | null}
-    PUT    /rules/{id}          body: one rule as in YAML -> 200 rule | 400 {"error"}
+    PUT    /rules/{id}          body: one rule as in YAML -> 200 rule | 400 {"error"} | 413 {"error"}
     POST   /rules/{id}/enable   -> 200 rule | 404 {"error"}
     POST   /rules/{id}/disable  -> 200 rule | 404 {"error"}
     DELETE /rules/{id}          -> 200 {"deleted": id} | 404 {"error"}
@@ -12,13 +12,14 @@ API. Routes (JSON in and out):
     POST   /rules/reload        -> 200 {"reloaded": true, "rules": n} | 400 {"error"}
 
 The engine is single-threaded by design: the proxy runs these handlers on the
-same trio loop that calls `decide`, so no lock is needed.
+same trio loop that calls `decide`, so no lock is needed. A body is read
+only up to `MAX_DOCUMENT_BYTES` and checked whole before the engine sees it,
+so a refused request changes nothing.
 """
 
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,8 @@ from starlette.routing import Route
 
 from kproxy.faults.engine import FaultEngine
 from kproxy.faults.errors import RuleFileError
+from kproxy.faults.json_source import read_json
+from kproxy.faults.limits import MAX_DOCUMENT_BYTES
 
 EngineGetter = Callable[[], FaultEngine]
 # Re-reads the rule file and installs it; raises RuleFileError to refuse it. May be async.
@@ -60,10 +63,13 @@ def rules_routes(
 
     async def put_rule(request: Request) -> JSONResponse:
         rule_id = request.path_params["rule_id"]
+        raw = await _read_bounded_body(request, MAX_DOCUMENT_BYTES)
+        if raw is None:
+            return _error(413, f"the body is larger than {MAX_DOCUMENT_BYTES} bytes")
         try:
-            body = json.loads(await request.body() or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _error(400, f"the body is not JSON: {exc}")
+            body = read_json(raw or b"null", f"rule {rule_id!r}")
+        except RuleFileError as exc:
+            return _error(400, str(exc))
         if not isinstance(body, dict):
             return _error(400, "the body must be one rule, a JSON object")
         body = dict(body)
@@ -124,6 +130,21 @@ def rules_routes(
         Route("/rules/{rule_id}/enable", set_enabled(True), methods=["POST"]),
         Route("/rules/{rule_id}/disable", set_enabled(False), methods=["POST"]),
     ]
+
+
+async def _read_bounded_body(request: Request, limit: int) -> bytes | None:
+    """The body, or None as soon as it is known to exceed `limit` bytes (the rest is never read)."""
+    declared = request.headers.get("content-length", "")
+    # Compared as text first: no body we take has a length of more than ten digits.
+    if len(declared) > 10 or (declared.isdigit() and int(declared) > limit):
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _error(status: int, message: str) -> JSONResponse:

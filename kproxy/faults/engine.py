@@ -32,6 +32,7 @@ from typing import Any
 from kproxy.faults.apis import API_NAMES
 from kproxy.faults.decisions import FORWARD, Decision
 from kproxy.faults.errors import Problem, RuleFileError
+from kproxy.faults.limits import MAX_RULES
 from kproxy.faults.loader import validate_rule, validate_rule_file
 from kproxy.faults.matching import CompiledRule
 from kproxy.faults.model import Rule, RuleFile, Schedule
@@ -151,6 +152,8 @@ class FaultEngine:
                 self._rules[i] = compiled
                 break
         else:
+            if len(self._rules) >= MAX_RULES:
+                raise RuleFileError([Problem(source, None, (), f"the proxy already holds {MAX_RULES} rules, the most it takes")])
             self._rules.append(compiled)
             self._states[rule.id] = self._fresh_state(rule.id)
         self._tables = self._build_tables()
@@ -179,6 +182,9 @@ class FaultEngine:
         does not count as content); a new or changed
         rule starts fresh. An unchanged schedule keeps running; a changed one
         starts over at the next decision. A changed seed restarts every stream."""
+        # Everything that could fail comes before the first assignment: a
+        # replacement either happens whole or not at all.
+        compiled = [CompiledRule.compile(r) for r in rule_file.rules]
         new_seed = self._effective_seed(rule_file)
         old_rules = {r.id: r.rule for r in self._rules}
         states: dict[str, _RuleState] = {}
@@ -193,7 +199,7 @@ class FaultEngine:
         if rule_file.schedule != self._schedule:
             self._epoch = None
         self._seed = new_seed
-        self._rules = [CompiledRule.compile(r) for r in rule_file.rules]
+        self._rules = compiled
         self._states = states
         self._schedule = rule_file.schedule
         self._scheduled_ids = self._named_by_phases(rule_file.schedule)
