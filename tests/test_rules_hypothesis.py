@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kproxy.faults import FORWARD, RequestView, RuleFileError, engine_from_rules
+from kproxy.faults import FORWARD, RequestView, RuleFileError, engine_from_rules, load_rule_text
+from kproxy.faults.json_source import read_json
 from kproxy.faults.loader import validate_rule_file
 from kproxy.faults.prng import SplitMix64
 from kproxy.faults.yaml_source import SourceData
@@ -127,3 +130,60 @@ def test_generated_rules_validate_or_refuse_cleanly(rule: dict[str, Any]) -> Non
         validate_rule_file(SourceData(data, {}), "fuzz.yaml")
     except RuleFileError as exc:
         assert all(line.startswith("fuzz.yaml: rules[") for line in str(exc).splitlines())
+
+
+# -- rule file text, hostile or broken: only RuleFileError may come out ---------------------
+
+SHIPPED_TEXTS = [p.read_text() for p in sorted((Path(__file__).resolve().parent.parent / "rules").glob("*.yaml"))]
+# Pieces of YAML that once escaped the loader as RecursionError, ConstructorError or
+# ValueError, or made it hang, mixed with ordinary syntax so they land in every position.
+FRAGMENTS = (
+    "&a ", "*a", "&b ", "*b", "!foo ", "!!int ", "!!float ", "!!binary ", "!!python/object:os.system ", "!!set ",
+    "<<: ", "? ", "- ", ": ", ", ", "[", "]", "{", "}", "[[[[[[[[[[", "]]]]]]]]]]", "\n", "\n  ", "\t", "---\n",
+    "...\n", "'", '"', "#", "%TAG ! tag:x,2000:\n", "=", "~", ".inf", "-.inf", ".nan", "1.0e+999", "1:2:3:4",
+    "9" * 30, "0x1F", "0o17", "0b101", "2024-13-45", "2024-01-01", "true", "null", "version: 1\n", "rules:\n",
+    "ms: ", "seed: ", "every: ", "duration_s: ", "probability: ", "id: a\n", "action: {type: delay, ms: 1}\n",
+    "\x00", "\ufeff",
+)
+mutations = st.lists(st.tuples(st.floats(0, 1), st.sampled_from(FRAGMENTS)), max_size=8)
+
+
+def mutate(text: str, edits: list[tuple[float, str]]) -> str:
+    for where, fragment in edits:
+        cut = int(where * len(text))
+        text = text[:cut] + fragment + text[cut:]
+    return text
+
+
+rule_texts = (
+    st.builds(mutate, st.sampled_from(SHIPPED_TEXTS), mutations)
+    | st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("".join)
+    | st.text(max_size=200)
+)
+
+
+@settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@given(text=rule_texts)
+def test_rule_text_loads_or_is_refused_with_rule_file_errors_only(text: str) -> None:
+    try:
+        load_rule_text(text, "fuzz.yaml")
+    except RuleFileError as exc:
+        assert all(line.startswith("fuzz.yaml") for line in str(exc).splitlines()), str(exc)
+
+
+JSON_FRAGMENTS = ('{"type": "delay", "ms": ', "Infinity", "-Infinity", "NaN", "1e999", "5", "-1", "[", "]", "{", "}",
+                  '"ms": ', '"every": ', '"match": {', '"action": ', ", ", '"x"', "null", "true", "9" * 40, "[" * 50)
+json_bodies = st.lists(st.sampled_from(JSON_FRAGMENTS), max_size=30).map(lambda parts: "".join(parts).encode())
+
+
+@settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@given(body=json_bodies)
+def test_admin_bodies_are_installed_whole_or_refused_with_rule_file_errors_only(body: bytes) -> None:
+    engine = engine_from_rules([])
+    try:
+        data = read_json(body, "rule 'x'")
+        engine.put_rule({**data, "id": "x"} if isinstance(data, dict) else data)
+    except RuleFileError:
+        assert engine.list_rules() == []
+    # Whatever was installed can be listed back as strict JSON (no NaN, no Infinity).
+    json.dumps(engine.list_rules(), allow_nan=False)
