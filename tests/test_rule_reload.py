@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -60,3 +61,85 @@ def test_reload_on_change_refuses_a_bad_file_and_reloads_on_sighup(proxy_factory
     proxy.process.send_signal(signal.SIGHUP)
     assert wait_for(lambda: rule_ids(proxy) == ["drop-acks"])
     assert proxy.alive()
+
+
+class HealthProbe:
+    """Asks /healthz every 20 ms from a thread and keeps the slowest answer, and any failure."""
+
+    def __init__(self, proxy) -> None:  # noqa: ANN001
+        self.url = f"{proxy.admin_url}/healthz"
+        self.slowest = 0.0
+        self.answers = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "HealthProbe":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    status = client.get(self.url).status_code
+                except httpx.HTTPError as exc:
+                    self.failures.append(repr(exc))
+                else:
+                    if status != 200:
+                        self.failures.append(f"HTTP {status}")
+                    self.slowest = max(self.slowest, time.monotonic() - started)
+                    self.answers += 1
+                self._stop.wait(0.02)
+
+
+def alias_bomb() -> str:
+    text = 'version: 1\nrules: []\na: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for previous, name in zip("abcdefgh", "bcdefghi"):
+        text += f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]\n"
+    return text
+
+
+# name -> (file text, "LINE: message" as the refusal must show it after the file name)
+HOSTILE_FILES = {
+    "recursive alias": ("version: 1\nrules: &r [*r]\n", "2: alias *r is used inside the collection it names"),
+    "unknown tag": ("version: 1\nrules: !foo x\n", "2: rules: unknown tag !foo"),
+    "deep nesting": ("version: 1\nrules: " + "[" * 3000 + "]" * 3000 + "\n", "2: the document nests deeper than 32 levels"),
+    "alias bomb": (alias_bomb(), "7: aliases expand the document beyond 50000 values"),
+    "infinite delay": ("version: 1\nrules:\n  - id: slow\n    action: {type: delay, ms: .inf}\n",
+                       "4: rules[0].action.ms: a number must be finite, not '.inf'"),
+    "every beyond int32": ("version: 1\nrules:\n  - id: x\n    match: {every: 99999999999}\n    action: {type: drop}\n",
+                           "4: rules[0].match.every: Input should be less than or equal to 2147483647"),
+}
+
+
+def test_hostile_rule_files_are_refused_while_the_proxy_keeps_serving(proxy_factory, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\nrules:\n  - id: slow-produce\n    match: {api: produce}\n    action: {type: delay, ms: 5}\n")
+    proxy = proxy_factory("--rules", str(rules))
+    with HealthProbe(proxy) as health:
+        for name, (text, refusal) in HOSTILE_FILES.items():
+            refused = metric_value(proxy, "kproxy_rule_reloads_total", result="refused")
+            rules.write_text(text)
+            assert wait_for(lambda: metric_value(proxy, "kproxy_rule_reloads_total", result="refused") > refused), name
+            assert f"{rules}:{refusal}" in proxy.log_text(), f"{name}:\n{proxy.log_text()[-2000:]}"
+            assert proxy.alive(), name
+            assert rule_ids(proxy) == ["slow-produce"], name
+            # The same refusal through the API and on SIGHUP.
+            answer = httpx.post(f"{proxy.admin_url}/rules/reload", timeout=5)
+            assert answer.status_code == 400 and f"{rules}:{refusal}" in answer.json()["error"], name
+            proxy.process.send_signal(signal.SIGHUP)
+            assert wait_for(lambda: metric_value(proxy, "kproxy_rule_reloads_total", result="refused") >= refused + 3), name
+            assert proxy.alive(), name
+        # Each refusal was one, not an unforeseen error.
+        assert metric_value(proxy, "kproxy_rule_reloads_total", result="error") == 0
+        rules.write_text("version: 1\nrules:\n  - id: drop-acks\n    match: {api: produce}\n    action: {type: drop_response}\n")
+        assert wait_for(lambda: rule_ids(proxy) == ["drop-acks"])
+    assert not health.failures, health.failures[:5]
+    assert health.answers > 50
+    assert health.slowest < 0.1, f"/healthz took {health.slowest * 1000:.0f} ms"

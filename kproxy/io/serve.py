@@ -1,7 +1,8 @@
 """Run a proxy with its companions until a signal.
 
 Companions: the trace writer, the admin HTTP server, and rule reloads (when
-the file changes, and on SIGHUP). A refused reload keeps the running rules.
+the file changes, and on SIGHUP). A reload can fail, the proxy cannot: a
+refused file, or any error while reading it, keeps the running rules.
 On SIGINT/SIGTERM the listeners and connections close first, then the trace
 writer writes every event it accepted.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 import trio
 
 from kproxy.faults.engine import FaultEngine
-from kproxy.faults.errors import RuleFileError
+from kproxy.faults.errors import Problem, RuleFileError
 from kproxy.faults.loader import load_rule_file
 from kproxy.faults.model import RuleFile
 from kproxy.io.config import ProxyConfig
@@ -52,6 +53,8 @@ class RuleReloader:
         self.proxy = proxy
         self.path = path
         self.mtime = self._mtime()
+        # One reload at a time, so a slow read never installs over a newer one.
+        self._lock = trio.Lock()
 
     def _mtime(self) -> float | None:
         try:
@@ -59,24 +62,33 @@ class RuleReloader:
         except OSError:
             return None
 
-    def reload(self) -> None:
-        """Re-read the file (admin API and SIGHUP); raises RuleFileError when refused."""
+    async def reload(self) -> None:
+        """Re-read the file (file watch, admin API and SIGHUP); RuleFileError when refused."""
         if self.path is None:
-            raise RuleFileError("the proxy was started without --rules: there is no file to reload")
-        self.mtime = self._mtime()
-        try:
-            rule_file = load_rule_file(self.path)
-        except RuleFileError as exc:
-            metrics.rule_reloads.labels("refused").inc()
-            log.error("refused to reload %s; the running rules stay:\n%s", self.path, exc)
-            raise
-        self.proxy.set_rules(rule_file)
+            raise RuleFileError([Problem("--rules", None, (), "the proxy was started without --rules: there is no file to reload")])
+        async with self._lock:
+            self.mtime = self._mtime()
+            try:
+                # Reading and validating take up to a second for the largest file
+                # accepted: off the loop, so traffic and /healthz never wait for it.
+                rule_file = await trio.to_thread.run_sync(load_rule_file, self.path, abandon_on_cancel=True)
+                self.proxy.set_rules(rule_file)
+            except RuleFileError as exc:
+                metrics.rule_reloads.labels("refused").inc()
+                log.error("refused to reload %s; the running rules stay:\n%s", self.path, exc)
+                raise
+            except Exception as exc:  # a reload may fail in ways nobody foresaw; the proxy must not
+                metrics.rule_reloads.labels("error").inc()
+                log.exception("reloading %s failed; the running rules stay", self.path)
+                problem = Problem(str(self.path), None, (), f"reloading failed: {type(exc).__name__}: {exc}")
+                raise RuleFileError([problem]) from exc
         metrics.rule_reloads.labels("accepted").inc()
         log.info("reloaded %s: %d rules", self.path, len(rule_file.rules))
 
-    def reload_quietly(self) -> None:
+    async def reload_quietly(self) -> None:
+        """Reload, with a refusal only logged and counted (the file watch and SIGHUP)."""
         try:
-            self.reload()
+            await self.reload()
         except RuleFileError:
             pass
 
@@ -85,7 +97,7 @@ class RuleReloader:
             await trio.sleep(RULE_POLL_SECONDS)
             mtime = self._mtime()
             if mtime is not None and mtime != self.mtime:
-                self.reload_quietly()
+                await self.reload_quietly()
 
 
 def load_initial_rules(config: ProxyConfig) -> FaultEngine:
@@ -127,7 +139,8 @@ async def serve(config: ProxyConfig, *, task_status: trio.TaskStatus[Proxy] = tr
                 async for signum in signals:
                     if signum == signal.SIGHUP:
                         log.info("SIGHUP: reloading %s", config.rules_path)
-                        reloader.reload_quietly()
+                        # In its own task, so a SIGTERM right after is not kept waiting.
+                        nursery.start_soon(reloader.reload_quietly)
                         continue
                     log.info("received %s: shutting down", signal.Signals(signum).name)
                     break

@@ -44,7 +44,9 @@ EVERYDAY_APIS = (
     "api_versions", "create_topics", "init_producer_id", "add_partitions_to_txn",
     "add_offsets_to_txn", "end_txn", "txn_offset_commit",
 )
-RELOAD_RESULTS = ("accepted", "refused")
+# refused: the file is invalid; error: reading it failed in a way the loader did not foresee.
+# Either way the running rules stay.
+RELOAD_RESULTS = ("accepted", "refused", "error")
 
 # Latency buckets: the proxy adds tens of microseconds, brokers take ms, faults take seconds.
 LATENCY_BUCKETS = (
@@ -135,7 +137,7 @@ rules_loaded = Gauge(
 )
 rule_reloads = Counter(
     "kproxy_rule_reloads_total",
-    "Rule file reloads, by result (accepted or refused).",
+    "Rule file reloads, by result (accepted; refused: an invalid file; error: the reload itself failed).",
     ["result"],
     registry=REGISTRY,
 )
