@@ -23,6 +23,7 @@ from typing import Any
 
 from kproxy.bench import workloads
 from kproxy.bench.reference import haproxy_path
+from kproxy.bench.rss import rss_bytes
 from kproxy.broker import start_broker
 from kproxy.proxy_process import start_proxy
 
@@ -76,20 +77,12 @@ class PathResult:
         return {"p50": pick(0.50), "p90": pick(0.90), "p99": pick(0.99), "max": lat[-1]}
 
 
-def _rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
 def memory_check(proxy_bootstrap: str, pid: int, seconds: float = 6.0) -> dict[str, Any]:
     """Proxy RSS with 100 idle and 10 busy connections: it must level off, not grow."""
     host, port = proxy_bootstrap.rsplit(":", 1)
     idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(100)]
     topic = workloads.create_topic(proxy_bootstrap)
-    before = _rss_bytes(pid)
+    before = rss_bytes(pid)
     samples: list[int] = []
     stop = time.monotonic() + seconds
 
@@ -102,7 +95,7 @@ def memory_check(proxy_bootstrap: str, pid: int, seconds: float = 6.0) -> dict[s
         t.start()
     half = None
     while any(t.is_alive() for t in threads):
-        samples.append(_rss_bytes(pid))
+        samples.append(rss_bytes(pid))
         if half is None and time.monotonic() > stop - seconds / 2:
             half = samples[-1]
         time.sleep(0.2)
@@ -115,7 +108,7 @@ def memory_check(proxy_bootstrap: str, pid: int, seconds: float = 6.0) -> dict[s
         "rss_before_mib": before / 1048576,
         "rss_half_mib": (half or peak) / 1048576,
         "rss_peak_mib": peak / 1048576,
-        "rss_after_mib": _rss_bytes(pid) / 1048576,
+        "rss_after_mib": rss_bytes(pid) / 1048576,
     }
 
 

@@ -1,4 +1,9 @@
-"""`kproxy bench`: throughput and latency through the proxy vs a direct connection."""
+"""`kproxy bench`: throughput and latency through the proxy vs a direct
+connection; `kproxy bench analysis`: what the Spark analysis costs.
+
+`bench` stays a command of its own (its options run the proxy benchmark)
+and is also a group, so other benchmarks are subcommands of it.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,11 @@ from pathlib import Path
 
 import click
 
+from kproxy.bench.analysis import DEFAULT_TIMEOUT_S, TRACE_MODES, default_work_dir, parse_sizes
 
-@click.command(context_settings={"max_content_width": 100})
+
+@click.group(invoke_without_command=True, subcommand_metavar="[COMMAND [ARGS]...]",
+             context_settings={"max_content_width": 100})
 @click.option("--bootstrap", default=None, metavar="HOST:PORT",
               help="Benchmark against this broker instead of starting the embedded one.")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 50),
@@ -38,8 +46,9 @@ import click
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep broker/proxy logs and traces here (default: a temporary directory).")
 @click.option("--strict", is_flag=True, help="Exit 1 if any target is missed.")
-def bench(bootstrap, rounds, batched_records, consume_passes, small_records, rate, latency_seconds, trace_levels,  # noqa: ANN001
-          reference, no_memory, out, plot, work_dir, strict) -> None:
+@click.pass_context
+def bench(ctx, bootstrap, rounds, batched_records, consume_passes, small_records, rate, latency_seconds,  # noqa: ANN001
+          trace_levels, reference, no_memory, out, plot, work_dir, strict) -> None:
     """Measure the proxy against a direct connection, side by side in one run.
 
     Runs the same confluent-kafka workloads (1 KiB batched produce with
@@ -52,7 +61,13 @@ def bench(bootstrap, rounds, batched_records, consume_passes, small_records, rat
     Rates are medians over rounds. A ratio is the median over rounds of
     each round's own pair (proxy / direct, tracing / proxy, kproxy /
     HAProxy), so the broker slowing as it fills does not tilt it.
+
+    With a command (`kproxy bench analysis`) that benchmark runs instead,
+    and the options above do not apply.
     """
+    if ctx.invoked_subcommand is not None:
+        _refuse_proxy_options(ctx)
+        return
     from tqdm import tqdm
 
     from kproxy.bench.report import format_table
@@ -92,4 +107,78 @@ def bench(bootstrap, rounds, batched_records, consume_passes, small_records, rat
         plot_result(result, plot)
         click.echo(f"plot: {plot}")
     if strict and not all(result["checks"].values()):
+        sys.exit(1)
+
+
+def _refuse_proxy_options(ctx: click.Context) -> None:
+    """`kproxy bench --rounds 5 analysis` would silently ignore --rounds: refuse it."""
+    given = [param.opts[0] for param in ctx.command.params
+             if ctx.get_parameter_source(param.name) is not click.core.ParameterSource.DEFAULT]
+    if given:
+        raise click.UsageError(f"options of the proxy benchmark do not apply to "
+                               f"`kproxy bench {ctx.invoked_subcommand}`: {', '.join(given)}")
+
+
+@bench.command("analysis", context_settings={"max_content_width": 100})
+@click.option("--sizes", default="10,100k,1M", show_default=True, metavar="N,N,...",
+              help="History sizes to measure, in completed operations, comma-separated; k and M suffixes "
+                   "allowed (e.g. 10,1000,100k,1M,10M).")
+@click.option("--traces", "traces_mode", type=click.Choice(list(TRACE_MODES)), default="both", show_default=True,
+              help="Analyse each history with its generated proxy traces, without them, or both (two runs).")
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master passed to `kproxy analyze --master`.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the synthetic histories.")
+@click.option("--timeout", default=DEFAULT_TIMEOUT_S, show_default=True, type=click.FloatRange(1),
+              help="Seconds one analysis may run before it is stopped and reported as timed out.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Cache of generated histories and traces (reused by later runs), and each run's report "
+                   "and log. Default: $XDG_CACHE_HOME/kproxy/bench-analysis (~/.cache/kproxy/bench-analysis). "
+                   "1M operations with traces take about 4 GB.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the results (every run's measures, phases and paths) as JSON here.")
+def analysis(sizes, traces_mode, master, seed, timeout, work_dir, out) -> None:  # noqa: ANN001
+    """Measure `kproxy analyze` on clean synthetic histories of growing size.
+
+    For each size, a Jepsen-style queue history with matching proxy traces
+    (the generator of scripts/synthetic-history.py, docs/performance-analysis.md)
+    is generated once and cached in the work directory; then `kproxy analyze`
+    runs on it as a subprocess, the way a user runs it, with and/or without
+    the traces. The table gives, per run: wall time (Spark's start
+    included), operations per second, the Spark jobs the analysis launched
+    (from the report's stats.spark_jobs), the peak RSS of the driver (the
+    Python process and its Spark JVM) and the verdict, which must be valid:
+    the histories are correct by construction.
+
+    Exit 1 if any run failed, timed out or was not valid. Other work on the
+    machine changes the times; the JSON keeps the load during each run.
+    """
+    from tqdm import tqdm
+
+    from kproxy.bench.analysis import AnalysisBenchConfig, machine, measure, prepare_inputs, succeeded
+    from kproxy.bench.analysis_report import format_table, to_json
+
+    try:
+        size_list = parse_sizes(sizes)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--sizes") from None
+    config = AnalysisBenchConfig(work_dir=work_dir or default_work_dir(), sizes=size_list,
+                                 traces=TRACE_MODES[traces_mode], seed=seed, master=master, timeout_s=timeout)
+    runs = []
+    with tqdm(total=len(config.sizes) * len(config.traces), desc="analysis runs", unit="run",
+              file=sys.stderr, position=0) as bar:
+        for ops in config.sizes:
+            with tqdm(total=ops, desc=f"generating {ops:,} ops", unit="op", unit_scale=True, file=sys.stderr,
+                      position=1, leave=False) as generating:
+                inputs = prepare_inputs(config, ops, with_traces=True in config.traces, progress=generating.update)
+            for with_traces in config.traces:
+                bar.set_postfix_str(f"{ops:,} ops, {'with' if with_traces else 'without'} traces")
+                runs.append(measure(config, inputs, with_traces))
+                bar.update(1)
+    result = {"benchmark": "analysis", "master": master, "seed": seed, "work_dir": str(config.work_dir),
+              "machine": machine(), "runs": runs}
+    click.echo(format_table(result))
+    if out:
+        out.write_text(to_json(result))
+        click.echo(f"results: {out}")
+    if not all(succeeded(run) for run in runs):
         sys.exit(1)

@@ -1,0 +1,97 @@
+"""The table `kproxy bench analysis` prints, and the JSON it writes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+NOT_REPORTED = "n/a"
+
+COLUMNS = (
+    ("history ops", ">"),
+    ("traces", "<"),
+    ("wall time", ">"),
+    ("ops/s", ">"),
+    ("Spark jobs", ">"),
+    ("peak driver RSS", ">"),
+    ("verdict", "<"),
+)
+
+NOTES = (
+    "wall time: `kproxy analyze` as a subprocess, from its start (Spark's included) to its exit",
+    "ops/s: the history's completed operations / wall time",
+    "Spark jobs: stats.spark_jobs of the report (n/a: the analysis did not report it)",
+    "peak driver RSS: kproxy analyze and the Spark JVM it starts (in local mode the executors too), "
+    "sampled every 0.2 s",
+)
+
+
+def human_bytes(n: int | None) -> str:
+    if not n:
+        return NOT_REPORTED
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def rate(per_s: float) -> str:
+    # Small histories run at a fraction of an operation a second: keep digits there.
+    return f"{per_s:,.0f}" if per_s >= 100 else f"{per_s:.3g}"
+
+
+def verdict(run: dict[str, Any]) -> str:
+    """What the analysis said, or how it failed to say it."""
+    if run["timed_out"]:
+        return "timed out"
+    if run["exit_code"] not in (0, 1, 4):
+        return f"failed (exit {run['exit_code']})"
+    if run["valid"] is True:
+        return "valid"
+    if run["valid"] is False:
+        # A clean synthetic history: any error is a false positive to chase.
+        return "INVALID: " + ", ".join(run["errors"] or [])
+    return str(run["valid"])
+
+
+def row(run: dict[str, Any]) -> tuple[str, ...]:
+    jobs = run.get("spark_jobs")
+    return (
+        f"{run['ops']:,}",
+        "yes" if run["traces"] else "no",
+        f"{run['wall_s']:.1f} s",
+        rate(run["ops_per_s"]),
+        NOT_REPORTED if jobs is None else str(jobs),
+        human_bytes(run["peak_rss_bytes"]),
+        verdict(run),
+    )
+
+
+def format_table(result: dict[str, Any]) -> str:
+    rows = [tuple(name for name, _ in COLUMNS)] + [row(run) for run in result["runs"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    lines = []
+    for n, r in enumerate(rows):
+        cells = [f"{cell:{align}{width}}" for cell, (_, align), width in zip(r, COLUMNS, widths)]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    lines.append("")
+    lines.extend(NOTES)
+    lines.append(f"master {result['master']}, seed {result['seed']}, {result['machine']['cpus']} CPUs, "
+                 f"{human_bytes(result['machine']['memory_bytes'])} RAM; "
+                 f"1-min load {_load_range(result['runs'])} during the runs")
+    lines.append(f"inputs and reports: {result['work_dir']}")
+    for run in result["runs"]:
+        if run["timed_out"] or run["exit_code"] not in (0, 1, 4):
+            lines.append(f"{run['ops']:,} ops ({'traces' if run['traces'] else 'history only'}): see {run['log']}")
+    return "\n".join(lines)
+
+
+def _load_range(runs: list[dict[str, Any]]) -> str:
+    loads = [run[k] for run in runs for k in ("load_1m_start", "load_1m_end")]
+    return f"{min(loads):.1f}-{max(loads):.1f}" if loads else NOT_REPORTED
+
+
+def to_json(result: dict[str, Any]) -> str:
+    return json.dumps(result, indent=2) + "\n"

@@ -1,0 +1,86 @@
+"""Resident memory of a process, and the peak of a process with its descendants.
+
+`kproxy analyze` is a Python process that starts a Spark JVM as its child;
+in local mode that JVM is the Spark driver and its executors, and holds
+nearly all the memory. Measuring only the Python process (what
+`/usr/bin/time` reports) misses it, so the benchmark samples the whole tree.
+Linux only: it reads /proc.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident set size now; 0 when it is gone."""
+    try:
+        with open(PROC / str(pid) / "status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0  # gone, or a zombie (no VmRSS line)
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process now."""
+    parents = {}
+    for entry in os.scandir(PROC):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (PROC / entry.name / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        # The command name (field 2) is in parentheses and may hold spaces.
+        fields = stat[stat.rindex(")") + 2:].split()
+        parents[int(entry.name)] = int(fields[1])
+    return parents
+
+
+def descendants(pid: int) -> list[int]:
+    """The process and every process below it, now."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _parents().items():
+        children.setdefault(parent, []).append(child)
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(children.get(current, ()))
+    return tree
+
+
+def tree_rss_bytes(pid: int) -> int:
+    return sum(rss_bytes(p) for p in descendants(pid))
+
+
+class PeakTreeRss:
+    """Samples a process tree's summed RSS in a thread until stopped; `peak`
+    is the largest sample. A context manager: sampling stops on exit."""
+
+    def __init__(self, pid: int, interval_s: float = 0.2) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name=f"rss-{pid}", daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> PeakTreeRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,80 @@
+"""Run a command as a process group of its own: wall time, peak memory of
+the whole tree, and nothing left behind.
+
+`kproxy analyze` starts a Spark JVM, which starts Python workers; a timeout
+that stopped only the first process would leave the rest running, and
+memory measured on the first process alone would miss the JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kproxy.bench.rss import PeakTreeRss
+
+
+@dataclass(frozen=True)
+class TreeRun:
+    pid: int
+    exit_code: int | None  # None: stopped at the timeout
+    wall_s: float
+    peak_rss_bytes: int  # the process and its descendants, sampled
+    own_peak_rss_bytes: int  # the process alone, from the kernel (what /usr/bin/time reports)
+
+
+GONE_TIMEOUT_S = 10.0
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def wait_group_gone(pgid: int, timeout_s: float = GONE_TIMEOUT_S) -> bool:
+    """SIGKILL is delivered asynchronously and an orphan lingers until init
+    reaps it: wait until no process of the group is left."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def run_tree(command: list[str], log_path: Path, timeout_s: float, sample_interval_s: float = 0.2) -> TreeRun:
+    """Run command with stdout and stderr to log_path; SIGKILL its process
+    group at timeout_s, and in any case once it has exited."""
+    with open(log_path, "wb") as log:
+        started = time.monotonic()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        stopped = threading.Event()
+
+        def stop_at_timeout() -> None:
+            stopped.set()
+            kill_group(process.pid)
+
+        timer = threading.Timer(timeout_s, stop_at_timeout)
+        timer.start()
+        try:
+            with PeakTreeRss(process.pid, sample_interval_s) as sampler:
+                # wait4 rather than Popen.wait: its rusage carries the process's own peak RSS.
+                _, status, usage = os.wait4(process.pid, 0)
+        finally:
+            timer.cancel()
+            # Children that outlived their parent (a JVM being torn down) go too.
+            kill_group(process.pid)
+        wall_s = time.monotonic() - started
+        wait_group_gone(process.pid)
+    process.returncode = os.waitstatus_to_exitcode(status)  # reaped above; Popen must not wait again
+    return TreeRun(process.pid, None if stopped.is_set() else process.returncode, wall_s, sampler.peak,
+                   usage.ru_maxrss * 1024)
