@@ -9,6 +9,8 @@ import click
 import trio
 
 from kproxy.faults.errors import RuleFileError
+from kproxy.faults.limits import MAX_SEED
+from kproxy.io.admin_token import AdminTokenError, read_token, write_new_token
 from kproxy.io.config import ProxyConfig, parse_endpoint
 from kproxy.obs.logs import setup_logging
 from kproxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -37,11 +39,19 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 @click.option("--broker-port-base", type=int, default=None, metavar="PORT",
               help="Broker node N gets a listener on PORT+N (default: listen port + 1). See docs/ports.md.")
 @click.option("--admin", default="127.0.0.1:19080", show_default=True, callback=_endpoint, metavar="HOST:PORT",
-              help="Admin HTTP: /metrics, /healthz, /txns and the rules API.")
+              help="Admin HTTP: /metrics, /healthz, /txns and the rules API. Beyond loopback it needs "
+                   "--admin-token-file (docs/security.md).")
+@click.option("--admin-token-file", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Bearer token the rules API and /txns require (/metrics and /healthz stay open): the file's "
+                   "one line. Required when --admin is not on loopback.")
+@click.option("--generate-admin-token", is_flag=True,
+              help="Write a fresh random token to --admin-token-file at start (replacing its content) and print it "
+                   "once on stderr.")
 @click.option("--no-admin", is_flag=True, help="Do not start the admin HTTP server.")
 @click.option("--rules", "rules_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="YAML fault rule file; reloaded when it changes and on SIGHUP.")
-@click.option("--seed", type=int, default=None, help="Seed for probabilistic rules (overrides the file's seed).")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None,
+              help="Seed for probabilistic rules (overrides the file's seed).")
 @click.option("--guard", is_flag=True,
               help="Refuse to deliver hazardous transactional requests (stale EndTxn, late Produce).")
 @click.option("--fetch-leader-hints", is_flag=True,
@@ -67,7 +77,8 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
               show_default=True, help="Log verbosity (logs go to stderr).")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text for people, json (one object per line) for log pipelines.")
-def run(upstreams, listen, advertise, broker_port_base, admin, no_admin, rules_path, seed, guard, fetch_leader_hints,
+def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file, generate_admin_token, no_admin,
+        rules_path, seed, guard, fetch_leader_hints,
         traces_dir,  # noqa: ANN001
         trace_level, trace_format, trace_on_full, trace_rotate_mb, trace_rotate_s, max_frame_bytes,
         connect_timeout, proxy_id, log_level, log_format) -> None:
@@ -81,12 +92,14 @@ def run(upstreams, listen, advertise, broker_port_base, admin, no_admin, rules_p
     from kproxy.io.serve import serve
 
     setup_logging(log_level, log_format)
+    admin_token = None if no_admin else _admin_token(admin, admin_token_file, generate_admin_token)
     config = ProxyConfig(
         upstreams=upstreams,
         listen=listen,
         advertise_host=advertise or (listen.host if listen.host not in ("0.0.0.0", "::") else "127.0.0.1"),
         broker_port_base=broker_port_base if broker_port_base is not None else listen.port + 1,
         admin=None if no_admin else admin,
+        admin_token=admin_token,
         max_frame_bytes=max_frame_bytes,
         connect_timeout=connect_timeout,
         rules_path=rules_path,
@@ -108,3 +121,24 @@ def run(upstreams, listen, advertise, broker_port_base, admin, no_admin, rules_p
         raise click.ClickException(str(exc)) from exc
     except KeyboardInterrupt:
         pass
+
+
+def _admin_token(admin, token_file: Path | None, generate: bool) -> str | None:  # noqa: ANN001
+    """The admin API's token, or None; refuses, before anything starts, an admin API open to the network."""
+    from kproxy.io.admin_guard import AdminExposureError, check_exposure  # starlette: only when running
+
+    if generate and token_file is None:
+        raise click.UsageError("--generate-admin-token needs --admin-token-file FILE to keep the token in")
+    try:
+        if token_file is None:
+            token = None
+        elif generate:
+            token = write_new_token(token_file)
+            # Printed once, here: the file keeps it for `kproxy rules` (KPROXY_ADMIN_TOKEN_FILE).
+            click.echo(f"kproxy admin API token (kept in {token_file}): {token}", err=True)
+        else:
+            token = read_token(token_file)
+        check_exposure(admin.host, admin.port, token)
+    except (AdminTokenError, AdminExposureError) as exc:
+        raise click.ClickException(str(exc)) from None
+    return token

@@ -1,4 +1,4 @@
-"""Admin HTTP: /metrics, /healthz, /txns and the rules API, served on trio."""
+"""Admin HTTP: /metrics, /healthz, /txns and the rules API, served on trio behind `AdminGuard`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kproxy.faults.admin_routes import rules_routes
+from kproxy.io.admin_guard import AdminGuard, check_exposure, is_loopback
 from kproxy.obs import metrics
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kproxy.admin")
 
 
-def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) -> Starlette:
+def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) -> AdminGuard:
     async def metrics_endpoint(request: Request) -> Response:
         proxy.flush_txn_stats()
         return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
@@ -67,7 +68,9 @@ def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) 
         Route("/txns", txns),
         *rules_routes(lambda: proxy.engine, reload_rules, clock=proxy.clock, on_change=proxy.rules_changed),
     ]
-    return Starlette(routes=routes)
+    endpoint = proxy.config.admin
+    loopback = endpoint is not None and is_loopback(endpoint.host)
+    return AdminGuard(Starlette(routes=routes), token=proxy.config.admin_token, loopback=loopback)
 
 
 async def serve_admin(
@@ -78,11 +81,14 @@ async def serve_admin(
 ) -> None:
     endpoint = proxy.config.admin
     assert endpoint is not None
+    # `kproxy run` checks this before anything starts; here it holds for every other caller too.
+    check_exposure(endpoint.host, endpoint.port, proxy.config.admin_token)
     config = HypercornConfig()
     host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
     config.bind = [f"{host}:{endpoint.port}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("kproxy.admin.http")
     config.graceful_timeout = 1.0
-    log.info("admin HTTP on http://%s:%d (/metrics, /healthz, /txns, /rules)", endpoint.host, endpoint.port)
+    log.info("admin HTTP on http://%s:%d (/metrics, /healthz, /txns, /rules)%s", endpoint.host, endpoint.port,
+             "; the rules API and /txns need the bearer token" if proxy.config.admin_token else "")
     await hypercorn_serve(admin_app(proxy, reload_rules), config, task_status=task_status)

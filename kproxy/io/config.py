@@ -34,6 +34,8 @@ class ProxyConfig:
     advertise_host: str
     broker_port_base: int
     admin: Endpoint | None = None
+    # Bearer token of the admin API's control routes (required beyond loopback; see io/admin_guard.py).
+    admin_token: str | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     connect_timeout: float = 10.0
     # Longest a held duplicate waits for its event before it is sent anyway.
