@@ -1,7 +1,8 @@
 """`kproxy rules`: check rule files offline, and manage a running proxy's rules.
 
 `validate` and `schema` need no proxy. The other subcommands talk to the
-proxy's admin HTTP API (see docs/rules.md), at --admin HOST:PORT.
+proxy's admin HTTP API (see docs/rules.md), at --admin HOST:PORT, with the
+bearer token of --admin-token-file when the proxy has one (docs/security.md).
 """
 
 from __future__ import annotations
@@ -16,10 +17,21 @@ import click
 
 DEFAULT_ADMIN = "127.0.0.1:19080"
 
-admin_option = click.option(
-    "--admin", default=DEFAULT_ADMIN, show_default=True, envvar="KPROXY_ADMIN", metavar="HOST:PORT",
-    help="Address of the proxy's admin API (or set KPROXY_ADMIN).",
-)
+
+def _admin_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """--admin and --admin-token-file, which every subcommand that calls the proxy takes."""
+    command = click.option(
+        "--admin-token-file", "token_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        envvar="KPROXY_ADMIN_TOKEN_FILE", metavar="FILE",
+        help="File holding the admin API's bearer token, for a proxy started with one "
+             "(or set KPROXY_ADMIN_TOKEN_FILE).",
+    )(command)
+    return click.option(
+        "--admin", default=DEFAULT_ADMIN, show_default=True, envvar="KPROXY_ADMIN", metavar="HOST:PORT",
+        help="Address of the proxy's admin API (or set KPROXY_ADMIN).",
+    )(command)
+
+
 timeout_option = click.option("--timeout", default=10.0, show_default=True, type=float,
                               help="Seconds to wait for the admin API.")
 
@@ -73,12 +85,12 @@ def schema(indent: int) -> None:
 
 
 @rules.command(name="list")
-@admin_option
+@_admin_options
 @timeout_option
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
-def list_(admin: str, timeout: float, as_json: bool) -> None:
+def list_(admin: str, token_file: Path | None, timeout: float, as_json: bool) -> None:
     """List the running proxy's rules with their counters and the active phase."""
-    body = _call(admin, timeout, "GET", "/rules")
+    body = _call(admin, token_file, timeout, "GET", "/rules")
     if as_json:
         click.echo(json.dumps(body, indent=2))
         return
@@ -96,10 +108,10 @@ def list_(admin: str, timeout: float, as_json: bool) -> None:
 
 
 @rules.command()
-@admin_option
+@_admin_options
 @timeout_option
 @click.argument("source", metavar="FILE_OR_-")
-def add(admin: str, timeout: float, source: str) -> None:
+def add(admin: str, token_file: Path | None, timeout: float, source: str) -> None:
     """Add rules to the running proxy, or replace those with the same id.
 
     FILE_OR_- (a file, or - for stdin) holds YAML or JSON: one rule, a list of
@@ -124,17 +136,17 @@ def add(admin: str, timeout: float, source: str) -> None:
     if not rules_to_add:
         raise click.ClickException(f"{name} holds no rules")
     for raw, rule in rules_to_add:
-        _call(admin, timeout, "PUT", f"/rules/{rule.id}", json_body=raw)
+        _call(admin, token_file, timeout, "PUT", f"/rules/{rule.id}", json_body=raw)
         click.echo(f"put: {rule.id}")
 
 
 def _simple_command(name: str, help_: str, method: str, path_of: Callable[[str], str], done: str) -> None:
     @rules.command(name=name, help=help_)
-    @admin_option
+    @_admin_options
     @timeout_option
     @click.argument("rule_id", metavar="ID")
-    def command(admin: str, timeout: float, rule_id: str) -> None:
-        _call(admin, timeout, method, path_of(rule_id))
+    def command(admin: str, token_file: Path | None, timeout: float, rule_id: str) -> None:
+        _call(admin, token_file, timeout, method, path_of(rule_id))
         click.echo(f"{done}: {rule_id}")
 
 
@@ -145,33 +157,41 @@ _simple_command("delete", "Delete the rule ID from the running proxy.", "DELETE"
 
 
 @rules.command()
-@admin_option
+@_admin_options
 @timeout_option
-def reset(admin: str, timeout: float) -> None:
+def reset(admin: str, token_file: Path | None, timeout: float) -> None:
     """Zero every rule's counters (and restart its seeded random stream)."""
-    _call(admin, timeout, "POST", "/rules/reset")
+    _call(admin, token_file, timeout, "POST", "/rules/reset")
     click.echo("counters reset")
 
 
 @rules.command()
-@admin_option
+@_admin_options
 @timeout_option
-def reload(admin: str, timeout: float) -> None:
+def reload(admin: str, token_file: Path | None, timeout: float) -> None:
     """Make the proxy re-read its rule file now (like SIGHUP).
 
     A bad file is refused with its file:line errors and the running rules stay.
     """
-    body = _call(admin, timeout, "POST", "/rules/reload")
+    body = _call(admin, token_file, timeout, "POST", "/rules/reload")
     click.echo(f"reloaded: {body.get('rules', '?')} rules")
 
 
-def _call(admin: str, timeout: float, method: str, path: str, json_body: Any = None) -> Any:
+def _call(admin: str, token_file: Path | None, timeout: float, method: str, path: str, json_body: Any = None) -> Any:
     import httpx
     from urllib.parse import quote
 
+    headers = {}
+    if token_file is not None:
+        from kproxy.io.admin_token import AdminTokenError, read_token
+
+        try:
+            headers["Authorization"] = f"Bearer {read_token(token_file)}"
+        except AdminTokenError as exc:
+            raise click.ClickException(str(exc)) from None
     url = f"http://{admin}{quote(path)}"
     try:
-        response = httpx.request(method, url, json=json_body, timeout=timeout)
+        response = httpx.request(method, url, json=json_body, headers=headers, timeout=timeout)
     except httpx.HTTPError as exc:
         raise click.ClickException(f"cannot reach the admin API at {admin}: {exc}") from exc
     try:
