@@ -46,13 +46,17 @@ def start_proxy(
     log_path: Path | None = None,
     admin: bool = True,
     host: str = "127.0.0.1",
+    admin_bind: str | None = None,
     startup_timeout: float = 20.0,
 ) -> ProxyProcess:
-    """Run `kproxy run --upstream UPSTREAM` on free ports; returns once it listens."""
+    """Run `kproxy run --upstream UPSTREAM` on free ports; returns once it listens.
+
+    The admin API binds `admin_bind` (default: `host`); it is always reached at `host`.
+    """
     listen_port = free_port(host)
     admin_port = free_port(host) if admin else None
     cmd = [sys.executable, "-m", "kproxy", "run", "--upstream", upstream, "--listen", f"{host}:{listen_port}"]
-    cmd += ["--admin", f"{host}:{admin_port}"] if admin else ["--no-admin"]
+    cmd += ["--admin", f"{admin_bind or host}:{admin_port}"] if admin else ["--no-admin"]
     cmd += list(extra_args)
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
