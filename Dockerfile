@@ -2,18 +2,23 @@
 #
 #   docker build -t kproxy .
 #   docker run --rm -p 19092:19092 -p 19204:19204 -p 19080:19080 kproxy \
-#       run --upstream kafka:9092 --listen 0.0.0.0:19092 --admin 0.0.0.0:19080 --advertise localhost
+#       run --upstream kafka:9092 --listen 0.0.0.0:19092 --admin 0.0.0.0:19080 --advertise localhost \
+#       --admin-token-file /var/lib/kproxy/admin-token --generate-admin-token
 #
-# See docs/observability.md for the compose stack and the port scheme.
+# See docs/observability.md for the compose stack and the port scheme, and
+# docs/security.md for the admin API's token.
 
 # Bookworm, not the newer default: Debian 13 no longer ships Java 17, which Spark needs.
 FROM python:3.11-slim-bookworm
 
+# KPROXY_ADMIN_TOKEN_FILE is where the token is kept, not the token itself.
+# hadolint ignore=DL3064
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    KPROXY_ADMIN_PORT=19080
+    KPROXY_ADMIN_PORT=19080 \
+    KPROXY_ADMIN_TOKEN_FILE=/var/lib/kproxy/admin-token
 
 # Java runs the Spark analysis (`kproxy analyze`). The man directory is missing in
 # slim images and the JRE's post-install script fails without it.
@@ -52,4 +57,6 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
 ENTRYPOINT ["kproxy"]
 # Default: proxy a broker reachable as kafka:9092 (for example a container named
 # kafka on the same network) and tell clients to come back through localhost.
-CMD ["run", "--upstream", "kafka:9092", "--listen", "0.0.0.0:19092", "--admin", "0.0.0.0:19080", "--advertise", "localhost"]
+# The admin API listens beyond loopback, so it gets a token: a fresh one at each
+# start, printed once and kept in the file `kproxy rules` reads (KPROXY_ADMIN_TOKEN_FILE).
+CMD ["run", "--upstream", "kafka:9092", "--listen", "0.0.0.0:19092", "--admin", "0.0.0.0:19080", "--admin-token-file", "/var/lib/kproxy/admin-token", "--generate-admin-token", "--advertise", "localhost"]

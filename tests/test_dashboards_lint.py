@@ -273,6 +273,23 @@ def test_dockerfile_runs_kproxy_as_non_root_with_a_health_check() -> None:
     assert f"KPROXY_ADMIN_PORT={admin_port}" in text
 
 
+def test_every_shipped_admin_api_beyond_loopback_has_a_token() -> None:
+    """`kproxy run` refuses to start such an admin API without one: the image and the stack would not start."""
+    from kproxy.io.admin_guard import is_loopback
+
+    instructions = [line.split(None, 1) for line in _logical_lines((ROOT / "Dockerfile").read_text())]
+    image_cmd = json.loads(next(r for k, r in instructions if k.upper() == "CMD"))
+    env = " ".join(r for k, r in instructions if k.upper() == "ENV")
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    for command in (image_cmd, compose["services"]["kproxy"]["command"]):
+        host = _flag(command, "--admin").rsplit(":", 1)[0].strip("[]")
+        assert not is_loopback(host)
+        token_file = _flag(command, "--admin-token-file")
+        # Generated at start (the image has no token to ship), where `kproxy rules` looks for it.
+        assert "--generate-admin-token" in command
+        assert f"KPROXY_ADMIN_TOKEN_FILE={token_file}" in env
+
+
 def _logical_lines(text: str) -> list[str]:
     """Dockerfile instructions with continuation lines joined and comments dropped."""
     lines, current = [], ""
