@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from kproxy.cli import main
 from kproxy.faults import RuleFileError, load_rule_text
 from kproxy.faults.json_source import read_json
-from kproxy.faults.limits import MAX_DOCUMENT_BYTES, MAX_NESTING_DEPTH, MAX_VALUES
+from kproxy.faults.limits import MAX_DOCUMENT_BYTES, MAX_NESTING_DEPTH, MAX_RULES, MAX_VALUES
 
 
 def alias_bomb() -> str:
@@ -82,6 +82,9 @@ HOSTILE = {
     "version beyond int16": (rule_with("{type: drop}", match='{versions: "3-99999"}'), 4, "versions go from 0 to 32767"),
     "partition beyond int32": (rule_with("{type: drop}", match="{partition: 4294967296}"), 4,
                                "a partition is a number from 0 to 2147483647"),
+    "more rules than a proxy holds": ("version: 1\nrules:\n" + "".join(
+        f"  - {{id: r{i}, action: {{type: drop}}}}\n" for i in range(MAX_RULES + 1)), 2,
+        f"rules: List should have at most {MAX_RULES} items"),
     "transaction number beyond int32": (rule_with("{type: drop}", match="{txn_number: {max: 4294967296}}"), 4,
                                         "txn_number max is a number from 1 to 2147483647"),
 }

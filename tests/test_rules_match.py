@@ -9,6 +9,7 @@ import pytest
 from kproxy.faults import FORWARD, RequestView, RuleFileError, engine_from_rules, load_rule_text
 from kproxy.faults import decisions as d
 from kproxy.faults.engine import FaultEngine
+from kproxy.faults.limits import MAX_RULES
 
 PRODUCE, FETCH, END_TXN, ADD_PARTITIONS = 0, 1, 26, 24
 
@@ -279,6 +280,24 @@ def test_put_adds_replaces_in_place_and_validates() -> None:
     with pytest.raises(RuleFileError, match="has no schedule"):
         engine.put_rule(rule("y", phase="p"))
     assert [r["id"] for r in engine.list_rules()] == ["a", "b", "c"]
+
+
+def test_a_checked_rule_is_refused_if_its_phase_went_away_before_it_was_installed() -> None:
+    # The admin API checks a rule on a worker thread; a reload may replace the schedule meanwhile.
+    engine = engine_from_rules([], schedule={"phases": [{"name": "p", "duration_s": 10}]})
+    checked = engine.check_rule(rule("y", phase="p"))
+    engine.replace(load_rule_text("version: 1\n", "reloaded.yaml"))
+    with pytest.raises(RuleFileError, match="rule 'y': match.phase: phase 'p' given but the file has no schedule"):
+        engine.install_rule(checked)
+    assert engine.list_rules() == []
+
+
+def test_the_rule_store_holds_at_most_max_rules() -> None:
+    engine = engine_from_rules([rule(f"r{i}") for i in range(MAX_RULES)])
+    engine.put_rule(rule("r0", action={"type": "drop_response"}))  # replacing one is fine
+    with pytest.raises(RuleFileError, match=f"already holds {MAX_RULES} rules"):
+        engine.put_rule(rule("one-more"))
+    assert len(engine.list_rules()) == MAX_RULES
 
 
 def test_listed_rules_round_trip_through_put() -> None:

@@ -13,8 +13,9 @@ API. Routes (JSON in and out):
 
 The engine is single-threaded by design: the proxy runs these handlers on the
 same trio loop that calls `decide`, so no lock is needed. A body is read
-only up to `MAX_DOCUMENT_BYTES` and checked whole before the engine sees it,
-so a refused request changes nothing.
+only up to `MAX_DOCUMENT_BYTES` and checked whole before the engine changes,
+so a refused request changes nothing; parsing and validating it (tens of ms
+for a large one) run on a worker thread so the loop keeps moving traffic.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -67,7 +69,7 @@ def rules_routes(
         if raw is None:
             return _error(413, f"the body is larger than {MAX_DOCUMENT_BYTES} bytes")
         try:
-            body = read_json(raw or b"null", f"rule {rule_id!r}")
+            body = await run_in_threadpool(read_json, raw or b"null", f"rule {rule_id!r}")
         except RuleFileError as exc:
             return _error(400, str(exc))
         if not isinstance(body, dict):
@@ -78,8 +80,11 @@ def rules_routes(
         body.setdefault("id", rule_id)
         if body["id"] != rule_id:
             return _error(400, f"the rule's id {body['id']!r} differs from the URL's {rule_id!r}")
+        engine = engine_getter()
         try:
-            described = engine_getter().put_rule(body)
+            checked = await run_in_threadpool(engine.check_rule, body)
+            # Back on the loop; install_rule checks the phases again, which a reload may have changed meanwhile.
+            described = engine.install_rule(checked)
         except RuleFileError as exc:
             return _error(400, str(exc))
         changed()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kproxy.faults.apis import API_NAMES
+from kproxy.faults.consistency import rule_problems
 from kproxy.faults.decisions import FORWARD, Decision
 from kproxy.faults.errors import Problem, RuleFileError
 from kproxy.faults.limits import MAX_RULES
@@ -140,11 +141,23 @@ class FaultEngine:
     def put_rule(self, rule_dict: Any) -> dict[str, Any]:
         """Add a rule, or replace the rule with its id (keeping its place and, if
         unchanged, its counters). RuleFileError if the rule is not valid."""
-        rule_id = rule_dict.get("id") if isinstance(rule_dict, dict) else None
-        source = f"rule {rule_id!r}" if isinstance(rule_id, str) else "rule"
+        return self.install_rule(self.check_rule(rule_dict))
+
+    def check_rule(self, rule_dict: Any) -> CompiledRule:
+        """Validate and compile a rule for `install_rule`. It changes nothing, so
+        the admin API runs it on a worker thread: a large rule takes tens of ms."""
         phase_names = None if self._schedule is None else [p.name for p in self._schedule.phases]
-        rule = validate_rule(rule_dict, source, phase_names)
-        compiled = CompiledRule.compile(rule)
+        return CompiledRule.compile(validate_rule(rule_dict, _rule_source(rule_dict), phase_names))
+
+    def install_rule(self, compiled: CompiledRule) -> dict[str, Any]:
+        """Put a rule `check_rule` accepted; RuleFileError if the schedule it names
+        changed since, or the proxy holds as many rules as it takes."""
+        rule = compiled.rule
+        source = _rule_source({"id": rule.id})
+        phase_names = None if self._schedule is None else [p.name for p in self._schedule.phases]
+        problems = rule_problems(rule, phase_names)
+        if problems:
+            raise RuleFileError([Problem(source, None, p.path, p.message) for p in problems])
         for i, existing in enumerate(self._rules):
             if existing.id == rule.id:
                 if not _same_definition(existing.rule, rule):
@@ -299,6 +312,11 @@ class FaultEngine:
         described = compiled.rule.model_dump(mode="json", exclude_none=True)
         described["counters"] = {"matched": state.matched, "applied": state.applied}
         return described
+
+
+def _rule_source(rule_dict: Any) -> str:
+    rule_id = rule_dict.get("id") if isinstance(rule_dict, dict) else None
+    return f"rule {rule_id!r}" if isinstance(rule_id, str) else "rule"
 
 
 def _same_definition(old: Rule | None, new: Rule) -> bool:
