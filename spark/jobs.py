@@ -50,6 +50,16 @@ class JobCounter:
         return len(self._context.statusTracker().getJobIdsForGroup(self._group))
 
 
+def _input_bytes(history_path, traces_dir) -> int:  # noqa: ANN001
+    """Bytes the analysis reads (local files only; a URL counts as large)."""
+    if "://" in str(history_path):
+        return 1 << 40
+    size = Path(history_path).stat().st_size
+    if traces_dir is not None:
+        size += sum(p.stat().st_size for p in Path(traces_dir).rglob("*") if p.is_file())
+    return size
+
+
 class InputError(Exception):
     """The history or traces cannot be read (exit code 2)."""
 
@@ -98,6 +108,10 @@ def analyze(
 
         spark = get_session(master)
     jobs = JobCounter(spark)
+    if "KPROXY_SPARK_PARTITIONS" not in os.environ:
+        from spark.session import shuffle_partitions_for
+
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(_input_bytes(history_path, traces_dir))))
     step(f"reading history {history_path}", "history_totals")
     ops = load_history(spark, str(history_path))
     describe_jobs(ops, "history totals")
@@ -127,7 +141,7 @@ def analyze(
         from spark.wire import read_wire_rows, wire_frame
 
         step(f"reading traces {traces_dir}", "traces_read")
-        traces = load_traces(spark, traces_dir)
+        traces = load_traces(spark, traces_dir).cache()
         step("running wire checks (one job)", "wire_checks")
         describe_jobs(traces, "wire checks and statistics")
         wire_cases, wire_stats = read_wire_rows(wire_frame(ops, traces, isolation).collect())

@@ -33,6 +33,10 @@ def get_session(
         .config("spark.default.parallelism", "4")
         .config("spark.sql.adaptive.enabled", adaptive)
         .config("spark.sql.adaptive.coalescePartitions.enabled", "true")
+        # A broadcast join runs a Spark job of its own to collect its small
+        # side; the analysis is shaped as a handful of jobs, so joins shuffle
+        # unless a broadcast is asked for by name.
+        .config("spark.sql.autoBroadcastJoinThreshold", "-1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", os.environ.get("KPROXY_SPARK_DRIVER_MEMORY", "3g"))
@@ -50,3 +54,15 @@ def get_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+#: Input bytes per shuffle partition the analysis aims for.
+BYTES_PER_PARTITION = 16 * 1024 * 1024
+
+
+def shuffle_partitions_for(input_bytes: int, most: int = 400) -> int:
+    """Shuffle partitions sized to the input: one for a small history, where
+    every extra partition is only another near-empty task per stage (the
+    wire job has dozens of stages), and enough for a large one that each
+    key group and sort fits a task comfortably."""
+    return max(1, min(most, -(-input_bytes // BYTES_PER_PARTITION)))

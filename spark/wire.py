@@ -268,7 +268,7 @@ def torn_transactions(sent: DataFrame, log: DataFrame) -> DataFrame:
             .otherwise(F.lit("")),
             _end_txn_cause(F.col("stale_end_txns"), F.col("end_txns"), F.col("rules")),
         ),
-    ).orderBy(F.col("index").asc_nulls_last(), "transactional_id")
+    )
 
 
 def _mismatch_explanation() -> Column:
@@ -315,7 +315,6 @@ def client_outcome_mismatches(sent: DataFrame, log: DataFrame) -> DataFrame:
         .select("index", "time", "process", "f", "client_type", "client_error", "direction",
                 "committed", "aborted", "txn_clients", "txn_brokers", "stale_end_txns", "rules",
                 _mismatch_explanation().alias("explanation"))
-        .orderBy("index")
     )
 
 
@@ -353,7 +352,7 @@ def spurious_offsets(sent: DataFrame, attempts: DataFrame) -> DataFrame:
                             _errors(F.col("error_codes"))),
             _rules_involved(F.col("rules")),
         ).alias("explanation"),
-    ).orderBy("index", "key")
+    )
 
 
 def ambiguous_errors(sent: DataFrame, attempts: DataFrame, fetched: DataFrame) -> DataFrame:
@@ -388,7 +387,6 @@ def ambiguous_errors(sent: DataFrame, attempts: DataFrame, fetched: DataFrame) -
                 _rules_involved(F.col("rules")),
             ).alias("explanation"),
         )
-        .orderBy("key", "value")
     )
 
 
@@ -414,7 +412,6 @@ def stale_end_txns(traces: DataFrame) -> DataFrame:
                 .otherwise(F.concat(F.lit("; the broker answered "), _error(F.col("response_error_code")))),
             ).alias("explanation"),
         )
-        .orderBy("mono_ns", "conn_id", "correlation_id", "copy")
     )
 
 
@@ -455,7 +452,6 @@ def late_produces(attempts: DataFrame) -> DataFrame:
             .when(F.size("landed_offsets") > 1, F.concat(F.lit(", landed at offsets "), _numbers(F.col("landed_offsets"))))
             .otherwise(F.lit(", did not land (error or no response)")),
         ))
-        .orderBy("mono_ns", "conn_id", "correlation_id", "copy")
     )
 
 
@@ -526,7 +522,6 @@ def broker_aborted_reads(fetched: DataFrame, log: DataFrame, traces: DataFrame) 
             F.coalesce(F.concat(F.lit("; the response was rewritten by rule '"), "response_rule", F.lit("'")),
                        F.lit("; the broker sent them")),
         ))
-        .orderBy("mono_ns", "conn_id", "correlation_id")
     )
 
 
@@ -548,7 +543,6 @@ def latency(traces: DataFrame) -> DataFrame:
             F.col("_p")[0].alias("p50_ms"), F.col("_p")[1].alias("p95_ms"), F.col("_p")[2].alias("p99_ms"),
             "max_ms", "upstream_p99_ms",
         )
-        .orderBy("api")
     )
 
 
@@ -574,7 +568,6 @@ def fault_impact(traces: DataFrame, cases: dict[str, DataFrame]) -> DataFrame:
         touched.join(attributed, "rule", "full")
         .select("rule", "actions", F.coalesce("events", F.lit(0)).alias("events"), "anomaly",
                 F.coalesce("cases", F.lit(0)).alias("cases"))
-        .orderBy("rule", "anomaly")
     )
 
 
@@ -592,6 +585,8 @@ def clock_offset(ops: DataFrame, traces: DataFrame) -> DataFrame:
 
 
 #: How each wire table is ordered in the report: (field, nulls last?) pairs.
+#: The tables themselves are unordered: a global sort in Spark samples its
+#: input in a job of its own, and the driver orders these few rows anyway.
 WIRE_ORDER = {
     "torn-transaction": (("index", True), ("transactional_id", False)),
     "client-outcome-mismatch": (("index", False),),
@@ -671,12 +666,15 @@ def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
 def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> dict[str, DataFrame]:
     """Every wire anomaly: name -> cases. `isolation` says how to tell
     read_committed fetches (see spark.traces.fetched_records)."""
-    sent = history_sends(ops)
-    attempts = produce_attempts(traces)
+    # Every check reads these; cached, each is computed once inside the job
+    # that collects the checks (a cache costs no job of its own).
+    sent = history_sends(ops).cache()
+    attempts = produce_attempts(traces).cache()
     # Only the columns the checks read: a Fetch record carries every column
-    # of its event.
-    fetched = fetched_records(traces, isolation).select(*FETCHED_COLUMNS)
-    log = landings(traces, isolation, attempts=attempts, fetched=fetched)
+    # of its event, and at a million operations the whole width no longer
+    # fits the cache.
+    fetched = fetched_records(traces, isolation).select(*FETCHED_COLUMNS).cache()
+    log = landings(traces, isolation, attempts=attempts, fetched=fetched).cache()
     cases: dict[str, DataFrame] = {
         "torn-transaction": torn_transactions(sent, log),
         "stale-end-txn": stale_end_txns(traces),
@@ -705,7 +703,6 @@ def fault_phases(traces: DataFrame) -> DataFrame:
             F.max("mono_ns").alias("end_ns"),
             F.count(F.lit(1)).alias("events"),
         )
-        .orderBy("start_ns")
     )
 
 
@@ -722,7 +719,6 @@ def end_txn_outcomes(traces: DataFrame) -> DataFrame:
             F.sum(F.col("hazard").isNotNull().cast("int")).alias("stale"),
             F.min("delivery_ns").alias("delivery_ns"),
         )
-        .orderBy("delivery_ns")
     )
 
 __all__ = ["WIRE_ANOMALIES", "clock_offset", "end_txn_outcomes", "fault_phases", "history_sends", "read_wire_rows",
