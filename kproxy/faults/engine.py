@@ -189,7 +189,7 @@ class FaultEngine:
         so a rerun after a reset draws exactly what the first run drew."""
         self._states = {r.id: self._fresh_state(r.id) for r in self._rules}
 
-    def replace(self, rule_file: RuleFile) -> None:
+    def replace(self, rules: RuleFile | CompiledRuleFile) -> None:
         """Hot reload. A rule whose definition is unchanged (same id, same content)
         keeps its counters, random stream and duration window (its `enabled` flag
         does not count as content); a new or changed
@@ -197,7 +197,9 @@ class FaultEngine:
         starts over at the next decision. A changed seed restarts every stream."""
         # Everything that could fail comes before the first assignment: a
         # replacement either happens whole or not at all.
-        compiled = [CompiledRule.compile(r) for r in rule_file.rules]
+        if isinstance(rules, RuleFile):
+            rules = compile_rule_file(rules)
+        rule_file, compiled = rules.rule_file, list(rules.rules)
         new_seed = self._effective_seed(rule_file)
         old_rules = {r.id: r.rule for r in self._rules}
         states: dict[str, _RuleState] = {}
@@ -288,13 +290,21 @@ class FaultEngine:
         return self._tables.any_api.get(direction, ()) if found is None else found
 
     def _build_tables(self) -> _Tables:
+        # One pass over the rules per direction, each rule filed under the APIs
+        # it names: every admin change and reload rebuilds this on the event
+        # loop, and asking each of ~90 APIs about each of 1,000 rules took 25 ms.
         enabled = [r for r in self._rules if r.rule.enabled]
         tables = _Tables()
         for direction in DIRECTIONS:
-            tables.any_api[direction] = tuple(r for r in enabled if r.apis is None and r.covers(-1, direction))
-            for api_key in API_NAMES:
-                rules = tuple(r for r in enabled if r.covers(api_key, direction))
-                tables.candidates[(api_key, direction)] = rules
+            on_side = [r for r in enabled if r.rule.match.direction == direction]
+            tables.any_api[direction] = tuple(r for r in on_side if r.apis is None)
+            by_api: dict[int, list[CompiledRule]] = {api_key: [] for api_key in API_NAMES}
+            for compiled in on_side:  # in file order, which each API's list keeps
+                for api_key in API_NAMES if compiled.apis is None else compiled.apis:
+                    if api_key in by_api:
+                        by_api[api_key].append(compiled)
+            for api_key, rules in by_api.items():
+                tables.candidates[(api_key, direction)] = tuple(rules)
                 tables.needs_body[(api_key, direction)] = any(r.needs_body for r in rules)
         return tables
 
@@ -314,6 +324,20 @@ class FaultEngine:
         return described
 
 
+@dataclass(frozen=True)
+class CompiledRuleFile:
+    """A rule file compiled for `FaultEngine.replace`."""
+
+    rule_file: RuleFile
+    rules: tuple[CompiledRule, ...]
+
+
+def compile_rule_file(rule_file: RuleFile) -> CompiledRuleFile:
+    """Compile every rule of a file. It changes nothing, so a reload runs it on a
+    worker thread: 1,000 rules with long version lists take about 80 ms."""
+    return CompiledRuleFile(rule_file, tuple(CompiledRule.compile(r) for r in rule_file.rules))
+
+
 def _rule_source(rule_dict: Any) -> str:
     rule_id = rule_dict.get("id") if isinstance(rule_dict, dict) else None
     return f"rule {rule_id!r}" if isinstance(rule_id, str) else "rule"
@@ -330,4 +354,5 @@ def engine_from_rules(rules: Iterable[dict[str, Any]], seed: int | None = None, 
     return FaultEngine(validate_rule_file(SourceData(data, {}), "<rules>"), seed=seed)
 
 
-__all__ = ["FaultEngine", "RequestView", "RuleFileError", "Problem", "engine_from_rules"]
+__all__ = ["CompiledRuleFile", "FaultEngine", "RequestView", "RuleFileError", "Problem", "compile_rule_file",
+           "engine_from_rules"]
