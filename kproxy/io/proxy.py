@@ -18,7 +18,7 @@ import trio
 
 from kio.schema.errors import ErrorCode
 
-from kproxy.faults.engine import FaultEngine
+from kproxy.faults.engine import CompiledRuleFile, FaultEngine
 from kproxy.faults.model import RuleFile
 from kproxy.io import net
 from kproxy.io.config import ProxyConfig
@@ -153,9 +153,9 @@ class Proxy:
             self.ghost_links[node_id] = link
         return link
 
-    def set_rules(self, rule_file: RuleFile) -> None:
+    def set_rules(self, rules: RuleFile | CompiledRuleFile) -> None:
         """Install a new rule file (hot reload); counters of unchanged rules carry over."""
-        self.engine.replace(rule_file)
+        self.engine.replace(rules)
         self.rules_changed()
 
     async def _publish_phases(self) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from kproxy.faults.engine import FaultEngine
+from kproxy.faults.engine import CompiledRuleFile, FaultEngine, compile_rule_file
 from kproxy.faults.errors import Problem, RuleFileError
 from kproxy.faults.loader import load_rule_file
 from kproxy.faults.model import RuleFile
@@ -69,10 +69,10 @@ class RuleReloader:
         async with self._lock:
             self.mtime = self._mtime()
             try:
-                # Reading and validating take up to a second for the largest file
-                # accepted: off the loop, so traffic and /healthz never wait for it.
-                rule_file = await trio.to_thread.run_sync(load_rule_file, self.path, abandon_on_cancel=True)
-                self.proxy.set_rules(rule_file)
+                # Reading, validating and compiling take up to a second for the largest
+                # file accepted: off the loop, so traffic and /healthz never wait for it.
+                compiled = await trio.to_thread.run_sync(_read_and_compile, self.path, abandon_on_cancel=True)
+                self.proxy.set_rules(compiled)
             except RuleFileError as exc:
                 metrics.rule_reloads.labels("refused").inc()
                 log.error("refused to reload %s; the running rules stay:\n%s", self.path, exc)
@@ -83,7 +83,7 @@ class RuleReloader:
                 problem = Problem(str(self.path), None, (), f"reloading failed: {type(exc).__name__}: {exc}")
                 raise RuleFileError([problem]) from exc
         metrics.rule_reloads.labels("accepted").inc()
-        log.info("reloaded %s: %d rules", self.path, len(rule_file.rules))
+        log.info("reloaded %s: %d rules", self.path, len(compiled.rules))
 
     async def reload_quietly(self) -> None:
         """Reload, with a refusal only logged and counted (the file watch and SIGHUP)."""
@@ -98,6 +98,10 @@ class RuleReloader:
             mtime = self._mtime()
             if mtime is not None and mtime != self.mtime:
                 await self.reload_quietly()
+
+
+def _read_and_compile(path: Path) -> CompiledRuleFile:
+    return compile_rule_file(load_rule_file(path))
 
 
 def load_initial_rules(config: ProxyConfig) -> FaultEngine:
