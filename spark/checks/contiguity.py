@@ -28,16 +28,25 @@ def _delta(prev_position: int | None, position: int | None) -> int:
 
 
 def _internal_pairs(view: KeyView, rows: list[Event]) -> list[dict]:
+    """Consecutive reads (sends) of the key within one op that are not adjacent.
+
+    Only pairs whose delta is not 1 are built: every check reads either the
+    skips (delta > 1) or the inversions (delta < 1), and adjacent pairs are
+    nearly all of them.
+    """
     pairs = []
+    position = view.position
     previous: Event | None = None
     for e in rows:  # ordered by (index, mop_index, pos)
         if previous is not None and previous.index == e.index and previous.value is not None:
-            prev_position, position = view.position_of(previous.value), view.position_of(e.value)
-            pairs.append({
-                "key": view.key, "values": [previous.value, e.value], "delta": _delta(prev_position, position),
-                "index": e.index, "process": e.process, "type": e.type, "f": e.f, "mop_index": e.mop_index,
-                "prev_vo_index": prev_position, "vo_index": position,
-            })
+            prev_position, current = position.get(previous.value), position.get(e.value)
+            delta = _delta(prev_position, current)
+            if delta != 1:
+                pairs.append({
+                    "key": view.key, "values": [previous.value, e.value], "delta": delta,
+                    "index": e.index, "process": e.process, "type": e.type, "f": e.f, "mop_index": e.mop_index,
+                    "prev_vo_index": prev_position, "vo_index": current,
+                })
         previous = e
     return pairs
 
@@ -121,7 +130,7 @@ def segments(view: KeyView, rows: list[Event], previous_types: tuple[str, ...]) 
         seg = Segment(
             process=first.process, index=index, type=first.type,
             first_value=first.value, last_value=last.value, first_offset=first.offset, last_offset=last.offset,
-            first_vo_index=view.position_of(first.value), last_vo_index=view.position_of(last.value),
+            first_vo_index=view.position.get(first.value), last_vo_index=view.position.get(last.value),
             changes=first.changes, kept=kept, subscribed=first.last_change_f == "subscribe",
         )
         seg.prev = previous_usable.get(seg.process)
@@ -149,6 +158,8 @@ def _cross_pairs(view: KeyView, segs: list[Segment]) -> list[dict]:
         if not seg.comparable_prev:
             continue
         prev = seg.prev
+        if _delta(prev.last_vo_index, seg.first_vo_index) == 1:
+            continue  # adjacent: neither a skip nor an inversion
         pairs.append({
             "key": view.key, "values": [prev.last_value, seg.first_value],
             "delta": _delta(prev.last_vo_index, seg.first_vo_index),
