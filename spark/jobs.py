@@ -90,6 +90,13 @@ def analyze(
         raise InputError(f"history not found: {history_path}")
     if traces_dir is not None and not Path(traces_dir).is_dir():
         raise InputError(f"trace directory not found: {traces_dir}")
+    from kproxy.workload.names import NamesFormatError, load_names
+
+    try:
+        # Imported Jepsen histories keep their keyword/string keys and values here.
+        names = load_names(history_path)
+    except NamesFormatError as exc:
+        raise InputError(str(exc)) from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -173,6 +180,8 @@ def analyze(
     stats["subscribe"] = subscribe
     stats["ww_deps"] = ww_deps
     stats["unseen_over_time"] = unseen
+    if names is not None:
+        stats["names"] = names
     stats.update(wire_stats)
 
     report = build_report(history_cases, wire_cases, stats,

@@ -54,7 +54,13 @@ def get_session(
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "kproxy-spark-warehouse"))
     )
     if quick_start:
-        builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+        builder = (
+            builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+            # Generating and compiling Java for each of the wire job's ~60
+            # stages costs seconds; on a small input, interpreting is cheaper.
+            .config("spark.sql.codegen.wholeStage", "false")
+            .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+        )
     for name, setting in (conf or {}).items():
         builder = builder.config(name, setting)
     session = builder.getOrCreate()

@@ -1,6 +1,8 @@
 """Wire correlation: set what crossed the proxy beside what the clients believed.
 
-`wire_checks(ops, traces)` returns anomaly name -> cases (a DataFrame each).
+`wire_checks(ops, traces)` returns anomaly name -> cases (a DataFrame each);
+`wire_frame` unions them with the wire statistics into one frame, collected
+in one job and read back by `read_wire_rows`.
 The individual checks take `sent` (history_sends(ops): every completed send
 micro-op) and the trace views of spark.traces, so each is computed once.
 Every case carries `rules`: the fault rules its explanation points at, which
@@ -546,29 +548,41 @@ def latency(traces: DataFrame) -> DataFrame:
     )
 
 
-def fault_impact(traces: DataFrame, cases: dict[str, DataFrame]) -> DataFrame:
-    """Per rule: how many events it touched (and with which actions), and how
-    many cases of each anomaly point at it. Rules that fired without any
-    attributed anomaly appear with anomaly null."""
-    touched = (
+def rule_touches(traces: DataFrame) -> DataFrame:
+    """Per rule: how many request events it touched, and with which actions."""
+    return (
         traces.where(F.col("rule").isNotNull() & (F.col("direction") == "request"))
         .groupBy("rule")
         .agg(F.count(F.lit(1)).alias("events"), F.array_sort(F.collect_set("action")).alias("actions"))
     )
-    attributed = None
-    for name, df in cases.items():
-        if "rules" not in df.columns:
-            continue
-        per_rule = df.select(F.explode("rules").alias("rule")).groupBy("rule").agg(F.count(F.lit(1)).alias("cases"))
-        per_rule = per_rule.withColumn("anomaly", F.lit(name))
-        attributed = per_rule if attributed is None else attributed.unionByName(per_rule)
-    if attributed is None:
-        return touched.withColumn("anomaly", F.lit(None).cast("string")).withColumn("cases", F.lit(0).cast("long"))
-    return (
-        touched.join(attributed, "rule", "full")
-        .select("rule", "actions", F.coalesce("events", F.lit(0)).alias("events"), "anomaly",
-                F.coalesce("cases", F.lit(0)).alias("cases"))
-    )
+
+
+def fault_impact(touches: list[dict], cases: dict[str, list[dict]]) -> list[dict]:
+    """Per rule: how many events it touched (and with which actions), and how
+    many cases of each anomaly point at it. Rules that fired without any
+    attributed anomaly appear with anomaly null; a rule named by cases but
+    not traced appears with no actions and 0 events.
+
+    Computed on the driver from the collected cases: in Spark it would run
+    every check's plan a second time.
+    """
+    attributed: dict[tuple[str, str], int] = {}
+    for name, found in cases.items():
+        for case in found:
+            for rule in case.get("rules") or ():
+                attributed[(rule, name)] = attributed.get((rule, name), 0) + 1
+    touched = {t["rule"]: t for t in touches}
+    rows = [
+        {"rule": rule, "actions": touched.get(rule, {}).get("actions"), "events": touched.get(rule, {}).get("events", 0),
+         "anomaly": anomaly, "cases": n}
+        for (rule, anomaly), n in attributed.items()
+    ]
+    named = {rule for rule, _ in attributed}
+    rows += [
+        {"rule": rule, "actions": t["actions"], "events": t["events"], "anomaly": None, "cases": 0}
+        for rule, t in touched.items() if rule not in named
+    ]
+    return sorted(rows, key=_order_key((("rule", False), ("anomaly", False))))
 
 
 def clock_offset(ops: DataFrame, traces: DataFrame) -> DataFrame:
@@ -596,7 +610,7 @@ WIRE_ORDER = {
     "late-produce": (("mono_ns", False), ("conn_id", False), ("correlation_id", False), ("copy", False)),
     "broker-aborted-read": (("mono_ns", False), ("conn_id", False), ("correlation_id", False)),
     "latency": (("api", False),),
-    "fault-impact": (("rule", False), ("anomaly", False)),
+    "~rule-touches": (("rule", False),),
     "~phases": (("start_ns", False),),
     "~end-txn-outcomes": (("delivery_ns", False),),
     "~trace-events": (),
@@ -611,6 +625,7 @@ def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> Da
     ``fault-impact`` tables, and ``~phases``, ``~end-txn-outcomes``,
     ``~trace-events`` and ``~clock-offset`` for the report's stats."""
     tables = dict(wire_checks(ops, traces, isolation))
+    tables["~rule-touches"] = rule_touches(traces)
     tables["~phases"] = fault_phases(traces)
     tables["~end-txn-outcomes"] = end_txn_outcomes(traces)
     tables["~trace-events"] = traces.agg(F.count(F.lit(1)).alias("events"))
@@ -648,6 +663,8 @@ def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
         tables[row["check"]].append(orjson.loads(row["case"]))
     for name, fields in WIRE_ORDER.items():
         tables[name].sort(key=_order_key(fields))
+    anomalies = {name: found for name, found in tables.items() if not name.startswith("~") and name != "latency"}
+    tables["fault-impact"] = fault_impact(tables.pop("~rule-touches"), anomalies)
     offset = tables.pop("~clock-offset")
     offset_ns = offset[0]["d"] if offset and offset[0].get("d") is not None else None
     stats = {
@@ -659,7 +676,6 @@ def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
         ] if offset_ns is not None else [],
         "end_txn_outcomes": tables.pop("~end-txn-outcomes"),
     }
-    tables.pop("~phases", None)
     return tables, stats
 
 
@@ -685,7 +701,6 @@ def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> d
         "broker-aborted-read": broker_aborted_reads(fetched, log, traces),
     }
     cases["latency"] = latency(traces)
-    cases["fault-impact"] = fault_impact(traces, cases)
     return cases
 
 

@@ -44,7 +44,7 @@ def test_analyze_finds_and_explains_the_torn_transaction(spark, tmp_path):
     assert ("torn-transaction: txn op 2 (process 0, tx-0, client aborted): records [7,2] [7,3] committed but [7,1]"
             " aborted; cause: the EndTxn(commit) of client txn 1, duplicated by rule 'torn' and delivered while"
             " broker txn 2 was open (conn 1, correlation id 3)") in told
-    assert "[analyze] running wire checks" in result.stderr
+    assert "[analyze] wire checks done" in result.stderr
 
     report = json.loads((out / "report.json").read_text())
     assert report["valid"] is False
