@@ -16,16 +16,30 @@ from pathlib import Path
 PROC = Path("/proc")
 
 
-def rss_bytes(pid: int) -> int:
-    """The process's resident set size now; 0 when it is gone."""
+def _status_bytes(pid: int, field: str) -> int:
     try:
         with open(PROC / str(pid) / "status") as status:
             for line in status:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except (FileNotFoundError, ProcessLookupError):
         pass
-    return 0  # gone, or a zombie (no VmRSS line)
+    return 0  # gone, or a zombie (no Vm lines)
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident set size now; 0 when it is gone."""
+    return _status_bytes(pid, "VmRSS:")
+
+
+def hwm_bytes(pid: int) -> int:
+    """The peak resident set size of the process's current program.
+
+    Unlike the rusage of wait4 (and /usr/bin/time), it does not carry the
+    parent's memory that a fork copied before the exec: a benchmark that
+    holds a generated history in memory would otherwise be counted as
+    the analysis's."""
+    return _status_bytes(pid, "VmHWM:")
 
 
 def _parents() -> dict[int, int]:
@@ -63,18 +77,22 @@ def tree_rss_bytes(pid: int) -> int:
 
 class PeakTreeRss:
     """Samples a process tree's summed RSS in a thread until stopped; `peak`
-    is the largest sample. A context manager: sampling stops on exit."""
+    is the largest sample, `root_peak` the root process's own high-water
+    mark as last seen (growth in its final interval before exit is missed).
+    A context manager: sampling stops on exit."""
 
     def __init__(self, pid: int, interval_s: float = 0.2) -> None:
         self.pid = pid
         self.interval_s = interval_s
         self.peak = 0
+        self.root_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name=f"rss-{pid}", daemon=True)
 
     def _sample(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self.root_peak = max(self.root_peak, hwm_bytes(self.pid))
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> PeakTreeRss:

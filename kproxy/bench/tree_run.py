@@ -25,7 +25,7 @@ class TreeRun:
     exit_code: int | None  # None: stopped at the timeout
     wall_s: float
     peak_rss_bytes: int  # the process and its descendants, sampled
-    own_peak_rss_bytes: int  # the process alone, from the kernel (what /usr/bin/time reports)
+    own_peak_rss_bytes: int  # the process alone: its high-water mark (VmHWM) as last sampled
 
 
 GONE_TIMEOUT_S = 10.0
@@ -67,14 +67,11 @@ def run_tree(command: list[str], log_path: Path, timeout_s: float, sample_interv
         timer.start()
         try:
             with PeakTreeRss(process.pid, sample_interval_s) as sampler:
-                # wait4 rather than Popen.wait: its rusage carries the process's own peak RSS.
-                _, status, usage = os.wait4(process.pid, 0)
+                exit_code = process.wait()
         finally:
             timer.cancel()
             # Children that outlived their parent (a JVM being torn down) go too.
             kill_group(process.pid)
         wall_s = time.monotonic() - started
         wait_group_gone(process.pid)
-    process.returncode = os.waitstatus_to_exitcode(status)  # reaped above; Popen must not wait again
-    return TreeRun(process.pid, None if stopped.is_set() else process.returncode, wall_s, sampler.peak,
-                   usage.ru_maxrss * 1024)
+    return TreeRun(process.pid, None if stopped.is_set() else exit_code, wall_s, sampler.peak, sampler.root_peak)
