@@ -60,8 +60,10 @@ class KeyResult:
 
 
 def check_key(key: int, events: list[Event], ww_deps: bool = True,
-              bucket_ns: int = UNSEEN_BUCKET_NS) -> KeyResult:
-    view = KeyView(key, events)
+              bucket_ns: int = UNSEEN_BUCKET_NS, ordered: bool = False) -> KeyResult:
+    """Every per-key check over one key's events (``ordered``: already by
+    index, mop_index, pos, as the pass hands them over)."""
+    view = KeyView(key, events, ordered)
     reads = read_segments(view)
     polls = poll_pairs(view, reads)
     int_polls = internal_poll_pairs(view)

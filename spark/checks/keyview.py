@@ -55,9 +55,10 @@ class Event(NamedTuple):
 class KeyView:
     """Everything the checks derive from one key's events, built once."""
 
-    def __init__(self, key: int, events: list[Event]) -> None:
+    def __init__(self, key: int, events: list[Event], ordered: bool = False) -> None:
+        """``ordered``: the events already come ordered by (index, mop_index, pos)."""
         self.key = key
-        ordered = sorted(events, key=lambda e: (e.index, e.mop_index, e.pos))
+        ordered = events if ordered else sorted(events, key=lambda e: (e.index, e.mop_index, e.pos))
         self.sends = [e for e in ordered if e.kind == "send"]
         self.poll_rows = [e for e in ordered if e.kind == "poll"]
         self.polled = [e for e in self.poll_rows if e.value is not None]
