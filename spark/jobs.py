@@ -142,21 +142,21 @@ def analyze(
     # operations, and parsing JSON costs more than reading cached rows back.
     ops = load_history(spark, str(history_path)).persist(StorageLevel.MEMORY_AND_DISK)
 
-    def history_stats() -> tuple[dict, dict]:
+    def history_stats() -> tuple[dict, list, dict]:
         describe_jobs(ops, "history totals")
         summary_rows = summary(ops).collect()
         totals = history_totals(summary_rows)
         if not totals["ops"]:
-            return totals, {}
-        found: dict = summary_counts(summary_rows)
+            return totals, summary_rows, {}
+        found: dict = {}
         describe_jobs(ops, "history timeline")
         found["txn_outcomes"], found["final_reads"] = read_timeline(history_timeline(ops, totals).collect())
-        return totals, found
+        return totals, summary_rows, found
 
-    def history_checks() -> tuple[dict, list]:
+    def history_checks() -> tuple[dict, list, dict]:
         describe_jobs(ops, "history checks: one grouped pass per key")
         result = collect_pass(history_pass(ops, ww_deps))
-        return cases_of(result), unseen_series(result, UNSEEN_BUCKET_NS)
+        return cases_of(result), unseen_series(result, UNSEEN_BUCKET_NS), result.micro_ops
 
     def wire() -> tuple[dict, dict]:
         from spark.traces import load_traces
@@ -173,11 +173,12 @@ def analyze(
         stats_job = pool.submit(timed("history_stats", history_stats))
         checks_job = pool.submit(timed("history_checks", history_checks))
         wire_job = pool.submit(timed("wire_checks", wire)) if traces_dir is not None else None
-        totals, stats = stats_job.result()
-        history_cases, unseen = checks_job.result()
+        totals, summary_rows, timeline = stats_job.result()
+        history_cases, unseen, micro_ops = checks_job.result()
         wire_cases, wire_stats = wire_job.result() if wire_job is not None else ({}, {})
     if not totals["ops"]:
         raise InputError(f"no operations in {history_path}")
+    stats: dict = {**summary_counts(summary_rows, micro_ops), **timeline}
     stats["completed_ops"] = totals["completed"]
     stats["history_start_ns"] = totals["start"]
     subscribe = totals["subscribe"]

@@ -43,7 +43,7 @@ def get_session(
         .config("spark.sql.autoBroadcastJoinThreshold", "-1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", os.environ.get("KPROXY_SPARK_DRIVER_MEMORY", "3g"))
+        .config("spark.driver.memory", os.environ.get("KPROXY_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.session.timeZone", "UTC")
         # Traces carry arbitrary record bytes as text (control records, binary
         # values): a value that is not a number must read as null, not abort

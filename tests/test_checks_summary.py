@@ -34,9 +34,11 @@ CLEAN = [
 
 def test_summary_counts_ops_sends_and_polled_records(spark, tmp_path):
     from spark.checks import summary, summary_counts
+    from spark.checks.keypass import collect_pass, history_pass
     from spark.history import load_history
 
-    counts = summary_counts(summary(load_history(spark, write_history(tmp_path / "h.jsonl", CLEAN))))
+    ops = load_history(spark, write_history(tmp_path / "h.jsonl", CLEAN))
+    counts = summary_counts(summary(ops), collect_pass(history_pass(ops)).micro_ops)
     assert counts["ops"]["txn"] == {"invoke": 4, "ok": 2, "fail": 1, "info": 1}
     assert counts["ops"]["poll"] == {"invoke": 2, "ok": 2}
     assert counts["ops"]["crash"] == {"info": 1}

@@ -57,6 +57,8 @@ class KeyResult:
     cases: dict[str, list[dict]] = field(default_factory=dict)
     edges: list[Edge] = field(default_factory=list)
     unseen_deltas: Counter = field(default_factory=Counter)
+    #: (mop 'send'|'poll', f, type) -> completed send micro-ops / polled records on the key.
+    micro_ops: Counter = field(default_factory=Counter)
 
 
 def check_key(key: int, events: list[Event], ww_deps: bool = True,
@@ -85,4 +87,6 @@ def check_key(key: int, events: list[Event], ww_deps: bool = True,
         "precommitted-read": precommitted_reads(view),
         "abort-position": abort_positions(view, reads, aborts),
     }
-    return KeyResult(cases, key_edges(view, ww_deps), unseen_deltas(view, bucket_ns))
+    micro_ops = Counter(("send", e.f, e.type) for e in view.sends)
+    micro_ops.update(("poll", e.f, e.type) for e in view.polled)
+    return KeyResult(cases, key_edges(view, ww_deps), unseen_deltas(view, bucket_ns), micro_ops)
