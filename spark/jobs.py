@@ -132,10 +132,9 @@ def analyze(
         spark = get_session(master, quick_start=input_bytes < QUICK_START_BYTES)
         phases["spark_start"] = round(time.monotonic() - started, 3)
     jobs = JobCounter(spark)
-    if "KPROXY_SPARK_PARTITIONS" not in os.environ:
-        from spark.session import shuffle_partitions_for
+    from spark.session import size_for_input
 
-        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(input_bytes)))
+    size_for_input(spark, input_bytes, QUICK_START_BYTES)
     from pyspark import StorageLevel
 
     # Parsed once: the statistics, the pass and the wire job all read the

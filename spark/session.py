@@ -54,13 +54,7 @@ def get_session(
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "kproxy-spark-warehouse"))
     )
     if quick_start:
-        builder = (
-            builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
-            # Generating and compiling Java for each of the wire job's ~60
-            # stages costs seconds; on a small input, interpreting is cheaper.
-            .config("spark.sql.codegen.wholeStage", "false")
-            .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
-        )
+        builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
     for name, setting in (conf or {}).items():
         builder = builder.config(name, setting)
     session = builder.getOrCreate()
@@ -78,3 +72,20 @@ def shuffle_partitions_for(input_bytes: int, most: int = 400) -> int:
     wire job has dozens of stages), and enough for a large one that each
     key group and sort fits a task comfortably."""
     return max(1, min(most, -(-input_bytes // BYTES_PER_PARTITION)))
+
+
+def size_for_input(spark: SparkSession, input_bytes: int, small_bytes: int) -> None:
+    """Set the SQL settings that depend on how much the analysis reads, on
+    any session (local, a cluster under spark-submit, a test's):
+
+    * shuffle partitions sized to the input (``shuffle_partitions_for``),
+      unless KPROXY_SPARK_PARTITIONS fixes them;
+    * below ``small_bytes``, no generated code: compiling Java for each of
+      the wire job's ~60 stages costs seconds, interpreting a small input
+      costs less.
+    """
+    if "KPROXY_SPARK_PARTITIONS" not in os.environ:
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(input_bytes)))
+    small = input_bytes < small_bytes
+    spark.conf.set("spark.sql.codegen.wholeStage", "false" if small else "true")
+    spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN" if small else "FALLBACK")
