@@ -159,3 +159,27 @@ def test_pruning_keeps_every_edge_inside_a_strongly_connected_component():
     kept = _candidates(pairs)
     assert on_cycles and on_cycles <= kept <= set(pairs)
     assert len(kept) < len(pairs)
+
+
+def test_ww_deps_decides_g0_and_whether_a_g1c_is_an_error(spark, tmp_path):
+    """Jepsen's --ww-deps: with ww edges inferred from offsets, a G0 is found
+    (and tolerated) and a G1c is tolerated; without them no G0 can be seen and
+    a pure write-read cycle makes the history invalid."""
+    from spark.jobs import analyze
+    from tests.fixtures.spark import write_history
+
+    path = write_history(tmp_path / "h.jsonl", [
+        # A write cycle across keys 1 and 2...
+        op(0, "ok", "txn", [send(1, 0, 10), send(2, 1, 21)]),
+        op(1, "ok", "txn", [send(1, 1, 11), send(2, 0, 20)]),
+        # ...and a read cycle across keys 3 and 4.
+        op(0, "ok", "txn", [send(3, 0, 30), poll(k4=[[0, 40]])]),
+        op(1, "ok", "txn", [send(4, 0, 40), poll(k3=[[0, 30]])]),
+    ])
+    with_ww = analyze(path, None, tmp_path / "ww", spark=spark, ww_deps=True)
+    without = analyze(path, None, tmp_path / "no-ww", spark=spark, ww_deps=False)
+    assert (with_ww["counts"]["G0"], with_ww["counts"]["G1c"]) == (1, 1)
+    assert "G0" not in with_ww["errors"] and "G1c" not in with_ww["errors"]
+    assert (without["counts"]["G0"], without["counts"]["G1c"]) == (0, 1)
+    assert without["errors"] == ["G1c"] and without["valid"] is False
+    assert (with_ww["stats"]["ww_deps"], without["stats"]["ww_deps"]) == (True, False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from spark.checks.causes import CAUSES
-from spark.checks.cycles import cycle_checks, merge_edges
+from spark.checks.cycles import cycle_checks
 from spark.checks.kernel import KEY_CHECKS
 from spark.checks.keypass import PassResult, collect_pass, history_pass, version_orders
 from spark.checks.abort_position import POSITIONS
@@ -46,7 +46,7 @@ def allowed_anomalies(subscribe: bool = False, ww_deps: bool = True) -> frozense
 
 def cases_of(result: PassResult) -> dict[str, list[dict]]:
     """Every history check's cases from a collected pass, the cycles included."""
-    return {**result.cases, **cycle_checks(merge_edges(result.edges))}
+    return {**result.cases, **cycle_checks(result.edge_src, result.edge_dst, result.edge_ww, result.explain)}
 
 
 def history_checks(ops: DataFrame, names=None, ww_deps: bool = True, **_) -> dict[str, list[dict]]:  # noqa: ANN001
@@ -54,7 +54,9 @@ def history_checks(ops: DataFrame, names=None, ww_deps: bool = True, **_) -> dic
 
     One Spark job (the grouped pass); ``names`` limits what is returned.
     """
-    checks = cases_of(collect_pass(history_pass(ops, ww_deps)))
+    result = collect_pass(history_pass(ops, ww_deps))
+    checks = cases_of(result)
+    result.release()
     if names is not None:
         checks = {name: cases for name, cases in checks.items() if name in names}
     return checks

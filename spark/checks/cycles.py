@@ -19,6 +19,7 @@ survives with networkx, up to ``MAX_EDGES`` edges.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import networkx as nx
@@ -130,8 +131,8 @@ def _interval_keep(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     return (src_run >= 0) & (src_run == dst_run)
 
 
-def cycle_candidates(pairs, rounds: int = 3) -> set[tuple[int, int]]:  # noqa: ANN001
-    """The (src, dst) pairs that can lie on a cycle.
+def prune(src: np.ndarray, dst: np.ndarray, rounds: int = 3) -> np.ndarray:
+    """Which edges (a mask over src, dst) can lie on a cycle.
 
     Keeps every edge of every cycle (so the strongly connected components,
     and the edges inside each, are those of the whole graph): first the
@@ -139,19 +140,26 @@ def cycle_candidates(pairs, rounds: int = 3) -> set[tuple[int, int]]:  # noqa: A
     dropping edges that leave a node nothing enters or enter a node nothing
     leaves (sources and sinks: no cycle passes through them).
     """
-    array = np.asarray(list(pairs), dtype=np.int64).reshape(-1, 2)
-    src, dst = array[:, 0], array[:, 1]
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    if not len(src):
+        return np.zeros(0, dtype=bool)
     keep = _interval_keep(src, dst)
-    src, dst = src[keep], dst[keep]
     for _ in range(rounds):
-        if not len(src):
+        alive_src, alive_dst = src[keep], dst[keep]
+        if not len(alive_src):
             break
-        entered, left = np.unique(dst), np.unique(src)
-        keep = np.isin(src, entered) & np.isin(dst, left)
-        if keep.all():
+        still = keep & np.isin(src, alive_dst) & np.isin(dst, alive_src)
+        if (still == keep).all():
             break
-        src, dst = src[keep], dst[keep]
-    return set(zip(src.tolist(), dst.tolist()))
+        keep = still
+    return keep
+
+
+def cycle_candidates(pairs, rounds: int = 3) -> set[tuple[int, int]]:  # noqa: ANN001
+    """``prune`` over (src, dst) pairs, as a set of pairs."""
+    array = np.asarray(list(pairs), dtype=np.int64).reshape(-1, 2)
+    keep = prune(array[:, 0], array[:, 1], rounds)
+    return set(zip(array[keep, 0].tolist(), array[keep, 1].tolist()))
 
 
 def _shortest_cycle_through(graph: nx.DiGraph, seeds: list[tuple[int, int]]) -> list[int] | None:
@@ -209,28 +217,35 @@ def find_cycles(edges: list[Edge]) -> dict[str, list[dict]]:
     return found
 
 
-def cycle_checks(edges: list[Edge], max_edges: int = MAX_EDGES) -> dict[str, list[dict]]:
-    """``G0`` and ``G1c`` cases from every key's edges.
+def cycle_checks(src: np.ndarray, dst: np.ndarray, ww: np.ndarray, explain: Callable[[set[int]], list[Edge]],
+                 max_edges: int = MAX_EDGES) -> dict[str, list[dict]]:
+    """``G0`` and ``G1c`` cases from the graph's edges as arrays (src, dst,
+    and whether each is a ww edge).
 
-    When the edges that could be on a cycle exceed ``max_edges``, the search
-    is not attempted: a graph in which every node is entered and left
-    contains a cycle, so what survives pruning proves one exists. Jepsen's
-    ``G0-cycle-exists`` (the ww edges alone survive) and ``G1c-cycle-exists``
-    (they do not, so every surviving cycle has a wr edge) are reported, with
-    ``cycle-search-incomplete`` saying how many edges were left.
+    ``explain(nodes)`` returns the full edges (kinds, keys, values) between
+    the given operations; it is asked only for operations on a cycle. When
+    the edges that could be on a cycle exceed ``max_edges``, the search is
+    not attempted: a graph in which every node is entered and left contains
+    a cycle, so what survives pruning proves one exists. Jepsen's
+    ``G0-cycle-exists`` (the ww edges alone hold one) or
+    ``G1c-cycle-exists`` (they do not, so every cycle there has a wr edge)
+    is reported, with ``cycle-search-incomplete`` saying how many edges were
+    left.
     """
-    pairs = sorted({(e.src, e.dst) for e in edges})
-    candidates = cycle_candidates(pairs, rounds=8)
-    if len(candidates) > max_edges:
-        ww = cycle_candidates(sorted({(e.src, e.dst) for e in edges if e.type == "ww"}), rounds=8)
-        exists = "G0-cycle-exists" if ww else "G1c-cycle-exists"
-        return {"G0": [], "G1c": [], exists: [{"edges": len(candidates)}],
-                "cycle-search-incomplete": [{"edges": len(candidates), "max_edges": max_edges}]}
-    if not candidates:
+    keep = prune(src, dst, rounds=8)
+    if not keep.any():
         return {"G0": [], "G1c": []}
-    graph = nx.DiGraph(sorted(candidates))
+    src, dst, ww = src[keep], dst[keep], np.asarray(ww, dtype=bool)[keep]
+    pairs = sorted(set(zip(src.tolist(), dst.tolist())))
+    if len(pairs) > max_edges:
+        exists = "G0-cycle-exists" if prune(src[ww], dst[ww], rounds=8).any() else "G1c-cycle-exists"
+        return {"G0": [], "G1c": [], exists: [{"edges": len(pairs)}],
+                "cycle-search-incomplete": [{"edges": len(pairs), "max_edges": max_edges}]}
+    graph = nx.DiGraph(pairs)
     on_cycles = {n for c in nx.strongly_connected_components(graph) if len(c) > 1 for n in c}
-    kept = [e for e in edges if e.src in on_cycles and e.dst in on_cycles]
+    if not on_cycles:
+        return {"G0": [], "G1c": []}
+    kept = [e for e in merge_edges(explain(on_cycles)) if e.src in on_cycles and e.dst in on_cycles]
     return find_cycles(kept)
 
 
@@ -246,4 +261,4 @@ def merge_edges(rows) -> list[Edge]:  # noqa: ANN001
     return list(best.values())
 
 
-__all__ = ["MAX_EDGES", "Edge", "cycle_candidates", "cycle_checks", "find_cycles", "key_edges", "merge_edges"]
+__all__ = ["MAX_EDGES", "Edge", "cycle_candidates", "cycle_checks", "find_cycles", "key_edges", "merge_edges", "prune"]

@@ -19,8 +19,10 @@ operation, as columns of its rows:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import orjson
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
@@ -180,10 +182,22 @@ def history_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_B
 
 @dataclass
 class PassResult:
-    """The collected pass: cases by check (ordered), edges, unseen deltas per bucket."""
+    """The collected pass: cases by check (ordered), the dependency graph's
+    (src, dst) pairs, unseen deltas per bucket, micro-op counts.
+
+    The graph can have tens of millions of edges, so only its bare pairs
+    come to the driver (two int64 arrays); ``explain(nodes)`` fetches the
+    full edges between the given operations, for the few that lie on a
+    cycle, from the pass's kept output.
+    """
 
     cases: dict[str, list[dict]] = field(default_factory=dict)
-    edges: list[Edge] = field(default_factory=list)
+    edge_src: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    edge_dst: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    edge_ww: np.ndarray = field(default_factory=lambda: np.empty(0, bool))
+    explain: Callable[[set[int]], list[Edge]] = lambda nodes: []  # noqa: E731
+    #: Drops the kept pass output once the cycle search is done.
+    release: Callable[[], object] = lambda: None  # noqa: E731
     unseen_deltas: Counter = field(default_factory=Counter)
     unseen_by_key: dict[int, Counter] = field(default_factory=dict)
     #: (mop 'send'|'poll', f, type) -> completed send micro-ops / polled records.
@@ -191,19 +205,41 @@ class PassResult:
 
 
 def collect_pass(frame: DataFrame) -> PassResult:
-    """Collect the pass once (Arrow) and sort it into cases, edges and deltas."""
-    return read_rows(frame.toArrow().to_pylist())
+    """Collect the pass: its findings in one job, the graph's pairs in a
+    second (read from the kept output), the explained edges of operations on
+    a cycle in a third only when there are any."""
+    kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    result = read_rows(kept.where(F.col("check") != EDGE).toArrow().to_pylist())
+    pairs = kept.where(F.col("check") == EDGE).select("src", "dst", (F.col("etype") == "ww").alias("ww")).toArrow()
+    result.edge_src = pairs.column("src").to_numpy()
+    result.edge_dst = pairs.column("dst").to_numpy()
+    result.edge_ww = pairs.column("ww").to_numpy(zero_copy_only=False)
+
+    def explain(nodes: set[int]) -> list[Edge]:
+        if not nodes:
+            return []
+        ids = kept.sparkSession.createDataFrame([(n,) for n in sorted(nodes)], "op long")
+        rows = (
+            kept.where(F.col("check") == EDGE)
+            .join(F.broadcast(ids.withColumnRenamed("op", "src")), "src", "left_semi")
+            .join(F.broadcast(ids.withColumnRenamed("op", "dst")), "dst", "left_semi")
+            .collect()
+        )
+        return [Edge(r["src"], r["dst"], r["etype"], r["key"], r["value"], r["value2"], r["src_process"],
+                     r["dst_process"]) for r in rows]
+
+    result.explain = explain
+    result.release = kept.unpersist
+    return result
 
 
 def read_rows(rows: list[dict]) -> PassResult:
+    """Every row of the pass except the edges, sorted into a PassResult."""
     result = PassResult(cases={name: [] for name in KEY_CHECKS})
     ordered: dict[str, list[tuple]] = {name: [] for name in KEY_CHECKS}
     for row in rows:
         check = row["check"]
-        if check == EDGE:
-            result.edges.append(Edge(row["src"], row["dst"], row["etype"], row["key"], row["value"], row["value2"],
-                                     row["src_process"], row["dst_process"]))
-        elif check == MICRO_OPS:
+        if check == MICRO_OPS:
             mop, f = row["etype"].split(":", 1)
             result.micro_ops[(mop, f, row["case"])] += row["value"]
         elif check == UNSEEN:
