@@ -35,6 +35,7 @@ HISTORY_SCHEMA = StructType(
 )
 
 _RAW_ARRAY = ArrayType(StringType())
+_MOP_ARRAYS = ArrayType(ArrayType(StringType()))
 _LONG_ARRAY = ArrayType(LongType())
 _POLL_MAP = MapType(StringType(), ArrayType(ArrayType(LongType())))
 
@@ -71,9 +72,9 @@ def flatten_mops(ops: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
         ops.where(F.col("f").isin(*DATA_FS))
         .select(
             "index", "time", "process", "type", "f", *carry,
-            F.posexplode(F.from_json("value", _RAW_ARRAY)).alias("mop_index", "mop_json"),
+            # One parse of the value: each micro-op's elements stay raw JSON text.
+            F.posexplode(F.from_json("value", _MOP_ARRAYS)).alias("mop_index", "parts"),
         )
-        .withColumn("parts", F.from_json("mop_json", _RAW_ARRAY))
         .withColumn("mop", F.get("parts", 0))
     )
     base = ["index", "time", "process", "type", "f", "mop_index", "mop", *carry]
