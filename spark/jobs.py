@@ -102,7 +102,7 @@ def analyze(
 
     from spark.checks import allowed_anomalies, cases_of, summary, summary_counts, unseen_series
     from spark.checks.kernel import UNSEEN_BUCKET_NS
-    from spark.checks.keypass import collect_pass, history_pass
+    from spark.checks.keypass import run_pass
     from spark.history import load_history
     from spark.report import history_timeline, history_totals, read_timeline
 
@@ -135,11 +135,11 @@ def analyze(
     from spark.session import size_for_input
 
     size_for_input(spark, input_bytes, QUICK_START_BYTES)
-    from pyspark import StorageLevel
+    from spark.session import storage_level
 
     # Parsed once: the statistics, the pass and the wire job all read the
-    # operations, and parsing JSON costs more than reading cached rows back.
-    ops = load_history(spark, str(history_path)).persist(StorageLevel.MEMORY_AND_DISK)
+    # operations, and parsing JSON costs more than reading kept rows back.
+    ops = load_history(spark, str(history_path)).persist(storage_level(spark))
 
     def history_stats() -> tuple[dict, list, dict]:
         describe_jobs(ops, "history totals")
@@ -154,7 +154,7 @@ def analyze(
 
     def history_checks() -> tuple[dict, list, dict]:
         describe_jobs(ops, "history checks: one grouped pass per key")
-        result = collect_pass(history_pass(ops, ww_deps))
+        result = run_pass(ops, ww_deps)
         return cases_of(result), unseen_series(result, UNSEEN_BUCKET_NS), result.micro_ops
 
     def wire() -> tuple[dict, dict]:

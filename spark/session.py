@@ -89,3 +89,21 @@ def size_for_input(spark: SparkSession, input_bytes: int, small_bytes: int) -> N
     small = input_bytes < small_bytes
     spark.conf.set("spark.sql.codegen.wholeStage", "false" if small else "true")
     spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN" if small else "FALLBACK")
+    # Input splits small enough that a task's rows, parsed and kept, fit a
+    # 2 GiB driver beside its neighbour's (128 MB of JSON did not, at 10M ops).
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(32 * 1024 * 1024))
+    spark.conf.set(PERSIST_CONF, "MEMORY_AND_DISK" if input_bytes < IN_MEMORY_BYTES else "DISK_ONLY")
+
+
+#: Above this input the analysis keeps its intermediate rows on disk only:
+#: in memory they would outgrow the driver's heap.
+IN_MEMORY_BYTES = 512 * 1024 * 1024
+#: Where size_for_input says how to keep intermediate rows (a StorageLevel name).
+PERSIST_CONF = "spark.kproxy.persist"
+
+
+def storage_level(spark: SparkSession):  # noqa: ANN201 - a pyspark StorageLevel
+    """How to keep the analysis's intermediate rows on this session."""
+    from pyspark import StorageLevel
+
+    return getattr(StorageLevel, spark.conf.get(PERSIST_CONF, "MEMORY_AND_DISK"))

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from spark.checks.causes import CAUSES
 from spark.checks.cycles import cycle_checks
 from spark.checks.kernel import KEY_CHECKS
-from spark.checks.keypass import PassResult, collect_pass, history_pass, version_orders
+from spark.checks.keypass import PassResult, run_pass, version_orders
 from spark.checks.abort_position import POSITIONS
 from spark.checks.summary import summary, summary_counts
 from spark.checks.visibility import running_unseen
@@ -54,7 +54,7 @@ def history_checks(ops: DataFrame, names=None, ww_deps: bool = True, **_) -> dic
 
     One Spark job (the grouped pass); ``names`` limits what is returned.
     """
-    result = collect_pass(history_pass(ops, ww_deps))
+    result = run_pass(ops, ww_deps)
     checks = cases_of(result)
     result.release()
     if names is not None:

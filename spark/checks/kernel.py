@@ -59,13 +59,18 @@ class KeyResult:
     unseen_deltas: Counter = field(default_factory=Counter)
     #: (mop 'send'|'poll', f, type) -> completed send micro-ops / polled records on the key.
     micro_ops: Counter = field(default_factory=Counter)
+    #: Info ops proven committed by this key's reads, and those still unproven here.
+    proven: set[int] = field(default_factory=set)
+    unproven: set[int] = field(default_factory=set)
 
 
 def check_key(key: int, events: list[Event], ww_deps: bool = True,
-              bucket_ns: int = UNSEEN_BUCKET_NS, ordered: bool = False) -> KeyResult:
+              bucket_ns: int = UNSEEN_BUCKET_NS, ordered: bool = False,
+              proven_elsewhere: frozenset[int] = frozenset()) -> KeyResult:
     """Every per-key check over one key's events (``ordered``: already by
-    index, mop_index, pos, as the pass hands them over)."""
-    view = KeyView(key, events, ordered)
+    index, mop_index, pos, as the pass hands them over; ``proven_elsewhere``:
+    info ops other keys' reads proved committed)."""
+    view = KeyView(key, events, ordered, proven_elsewhere)
     reads = read_segments(view)
     polls = poll_pairs(view, reads)
     int_polls = internal_poll_pairs(view)
@@ -89,4 +94,5 @@ def check_key(key: int, events: list[Event], ww_deps: bool = True,
     }
     micro_ops = Counter(("send", e.f, e.type) for e in view.sends)
     micro_ops.update(("poll", e.f, e.type) for e in view.polled)
-    return KeyResult(cases, key_edges(view, ww_deps), unseen_deltas(view, bucket_ns), micro_ops)
+    return KeyResult(cases, key_edges(view, ww_deps), unseen_deltas(view, bucket_ns), micro_ops,
+                     view.proven_here, view.unproven)

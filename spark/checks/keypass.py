@@ -11,9 +11,10 @@ operation, as columns of its rows:
 * per process (a window): how many membership changes came before each
   operation, and which was the latest (poll-skip's reset, ``subscribed``);
 * per operation (from its own value): how many committed writes and whether
-  it read anything (the cycle graph's collapsing);
-* an ``info`` send proven committed by an acknowledged read of any of its
-  values, on any key (a join with a broadcast of the few proven ops).
+  it read anything (the cycle graph's collapsing).
+
+An ``info`` send proven committed by a read of another key is settled
+after the pass (``run_pass``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -33,6 +33,7 @@ from spark.checks.cycles import Edge
 from spark.checks.kernel import KEY_CHECKS, UNSEEN_BUCKET_NS, check_key
 from spark.checks.keyview import Event
 from spark.history import DATA_FS, MEMBERSHIP_FS, flatten_mops
+from spark.session import storage_level
 
 _RAW_ARRAY = "array<string>"
 _POLL_MAP = "map<string,array<array<long>>>"
@@ -55,7 +56,7 @@ OUTPUT_SCHEMA = StructType(
         StructField("dst_process", LongType()),
     ]
 )
-EDGE, UNSEEN, MICRO_OPS = "~edge", "~unseen", "~micro-ops"
+EDGE, UNSEEN, MICRO_OPS, PROVEN, UNPROVEN = "~edge", "~unseen", "~micro-ops", "~proven", "~unproven"
 
 #: A send micro-op's start in an operation's value: ["send", ...
 SEND_MOP = r'\[\s*"send"\s*,'
@@ -90,17 +91,7 @@ def key_events(ops: DataFrame) -> DataFrame:
     record and per (membership change, key it kept), with Event's columns."""
     done = _op_columns(ops)
     carry = ("error", "op_writes", "op_reads", "changes", "last_change_f")
-    # Read twice (the rows, and the proven info sends): kept rather than
-    # flattened twice.
-    mops = flatten_mops(done, carry).where(F.col("key").isNotNull()).persist(StorageLevel.MEMORY_AND_DISK)
-    sends = mops.where(F.col("mop") == "send")
-    ok_reads = mops.where((F.col("mop") == "poll") & (F.col("type") == "ok")).select("key", "value")
-    proven = (
-        sends.where(F.col("type") == "info").select("key", "value", "index")
-        .join(ok_reads, ["key", "value"], "left_semi")
-        .select("index").distinct()
-        .withColumn("proven", F.lit(True))
-    )
+    mops = flatten_mops(done, carry).where(F.col("key").isNotNull())
     kept = (
         done.where(F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info"))
         .select(
@@ -118,16 +109,12 @@ def key_events(ops: DataFrame) -> DataFrame:
         F.col("mop").alias("kind"), "index", "time", "process", "type", "f", "mop_index", "pos",
         "offset", "value", "key", *carry,
     ).unionByName(kept)
-    return (
-        rows.join(F.broadcast(proven), "index", "left")
-        .withColumn("proven", F.coalesce("proven", F.lit(False)))
-        .select("key", *EVENT_COLUMNS)
-    )
+    return rows.select("key", *EVENT_COLUMNS)
 
 
 #: Columns that are never null: numpy turns them into Python values several
 #: times faster than Arrow's to_pylist.
-_DENSE = frozenset({"index", "time", "process", "mop_index", "pos", "op_writes", "op_reads", "proven", "changes"})
+_DENSE = frozenset({"index", "time", "process", "mop_index", "pos", "op_writes", "op_reads", "changes"})
 
 
 def _events_of(table) -> list[Event]:  # noqa: ANN001 - a pyarrow.Table
@@ -153,9 +140,10 @@ def _output(rows: list[tuple]):  # noqa: ANN202
     )
 
 
-def key_rows(key: int, events: list[Event], ww_deps: bool, bucket_ns: int) -> list[tuple]:
+def key_rows(key: int, events: list[Event], ww_deps: bool, bucket_ns: int,
+             proven: frozenset[int] = frozenset()) -> list[tuple]:
     """check_key's findings for one key (events ordered) as OUTPUT_SCHEMA rows."""
-    result = check_key(key, events, ww_deps, bucket_ns, ordered=True)
+    result = check_key(key, events, ww_deps, bucket_ns, ordered=True, proven_elsewhere=proven)
     rows: list[tuple] = []
     for name, cases in result.cases.items():
         order = KEY_CHECKS[name]
@@ -167,15 +155,21 @@ def key_rows(key: int, events: list[Event], ww_deps: bool, bucket_ns: int) -> li
         rows.append((UNSEEN, key, bucket, None, None, None, None, delta, None, None, None))
     for (mop, f, kind), n in result.micro_ops.items():
         rows.append((MICRO_OPS, key, None, kind, None, None, f"{mop}:{f}", n, None, None, None))
+    for op in result.proven:
+        rows.append((PROVEN, key, op, None, None, None, None, None, None, None, None))
+    for op in result.unproven:
+        rows.append((UNPROVEN, key, op, None, None, None, None, None, None, None, None))
     return rows
 
 
-def history_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_BUCKET_NS) -> DataFrame:
-    """Every key's findings (OUTPUT_SCHEMA); lazy: nothing runs until collected."""
+def history_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_BUCKET_NS,
+                 proven: frozenset[int] = frozenset()) -> DataFrame:
+    """Every key's findings (OUTPUT_SCHEMA); lazy: nothing runs until
+    collected. ``proven``: info ops known to be committed (see run_pass)."""
 
     def per_key(table):  # noqa: ANN001, ANN202 - pyarrow.Table in and out
         key = table.column("key")[0].as_py()
-        return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns))
+        return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns, proven))
 
     return key_events(ops).groupBy("key").applyInArrow(per_key, OUTPUT_SCHEMA)
 
@@ -202,13 +196,34 @@ class PassResult:
     unseen_by_key: dict[int, Counter] = field(default_factory=dict)
     #: (mop 'send'|'poll', f, type) -> completed send micro-ops / polled records.
     micro_ops: Counter = field(default_factory=Counter)
+    #: Info ops some key's reads proved committed; info ops some key left unproven.
+    proven: set[int] = field(default_factory=set)
+    unproven: set[int] = field(default_factory=set)
+
+
+def run_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_BUCKET_NS) -> PassResult:
+    """The history pass, collected, with Jepsen's proof of info sends across keys.
+
+    An info operation must have committed once an acknowledged poll read
+    any of its values, on any key. Each key proves what its own reads show;
+    only when an operation proven on one key is unproven on another (an
+    info transaction that wrote several keys) does the pass run again,
+    told which operations are proven. That is rare, and cheaper than
+    joining every read against every send before the pass.
+    """
+    result = collect_pass(history_pass(ops, ww_deps, bucket_ns))
+    if result.proven & result.unproven:
+        proven = frozenset(result.proven)
+        result.release()
+        result = collect_pass(history_pass(ops, ww_deps, bucket_ns, proven))
+    return result
 
 
 def collect_pass(frame: DataFrame) -> PassResult:
     """Collect the pass: its findings in one job, the graph's pairs in a
     second (read from the kept output), the explained edges of operations on
     a cycle in a third only when there are any."""
-    kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    kept = frame.persist(storage_level(frame.sparkSession))
     result = read_rows(kept.where(F.col("check") != EDGE).toArrow().to_pylist())
     pairs = kept.where(F.col("check") == EDGE).select("src", "dst", (F.col("etype") == "ww").alias("ww")).toArrow()
     result.edge_src = pairs.column("src").to_numpy()
@@ -242,6 +257,10 @@ def read_rows(rows: list[dict]) -> PassResult:
         if check == MICRO_OPS:
             mop, f = row["etype"].split(":", 1)
             result.micro_ops[(mop, f, row["case"])] += row["value"]
+        elif check == PROVEN:
+            result.proven.add(row["sort"])
+        elif check == UNPROVEN:
+            result.unproven.add(row["sort"])
         elif check == UNSEEN:
             result.unseen_deltas[row["sort"]] += row["value"]
             result.unseen_by_key.setdefault(row["key"], Counter())[row["sort"]] += row["value"]

@@ -10,8 +10,9 @@ read and tested on its own.
 
 Jepsen trusts every offset/value pair a poll returned, but a send's offset
 only when the send must have committed: it was acknowledged (``ok``), or it
-is ``info`` and some acknowledged poll read one of its values (on any key:
-the ``proven`` flag is computed across keys before the pass).
+is ``info`` and some acknowledged poll read one of its values, on any key:
+a view sees the reads of its own key, and is told of the info operations
+other keys proved (``proven_elsewhere``; see spark.checks.keypass).
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ class Event(NamedTuple):
     op_writes: int
     # The op (ok/info) polled at least one record, on any key.
     op_reads: bool
-    # An info op that some acknowledged poll proved committed (any key).
-    proven: bool
     # Membership changes (ok/info assign/subscribe, crash) of the process before this op.
     changes: int
     # The f of the process's latest change before this op (null before any).
@@ -55,8 +54,11 @@ class Event(NamedTuple):
 class KeyView:
     """Everything the checks derive from one key's events, built once."""
 
-    def __init__(self, key: int, events: list[Event], ordered: bool = False) -> None:
-        """``ordered``: the events already come ordered by (index, mop_index, pos)."""
+    def __init__(self, key: int, events: list[Event], ordered: bool = False,
+                 proven_elsewhere: frozenset[int] = frozenset()) -> None:
+        """``ordered``: the events already come ordered by (index, mop_index,
+        pos). ``proven_elsewhere``: info operations an acknowledged read of
+        another key proved committed."""
         self.key = key
         ordered = events if ordered else sorted(events, key=lambda e: (e.index, e.mop_index, e.pos))
         self.sends = [e for e in ordered if e.kind == "send"]
@@ -64,8 +66,14 @@ class KeyView:
         self.polled = [e for e in self.poll_rows if e.value is not None]
         self.kept = [e for e in ordered if e.kind == "kept"]
         self.ok_reads = {e.value for e in self.polled if e.type == "ok"}
+        info = [e for e in self.sends if e.type == "info"]
+        #: Info operations an acknowledged read of this key proved committed.
+        self.proven_here = {e.index for e in info if e.value in self.ok_reads}
+        #: Info operations with a send on this key that nothing proved yet.
+        self.unproven = {e.index for e in info} - self.proven_here - proven_elsewhere
+        proven = self.proven_here | proven_elsewhere
 
-        trusted = [e for e in self.sends if self._must_have_committed(e)]
+        trusted = [e for e in self.sends if e.type == "ok" or (e.type == "info" and e.index in proven)]
         self.committed_ops = {e.index for e in trusted}
         entries = {
             (e.offset, e.value) for e in (*trusted, *self.polled) if e.offset is not None and e.value is not None
@@ -100,10 +108,6 @@ class KeyView:
         for e in self.sends:
             if e.value is not None:
                 self.writer[e.value] = e
-
-    @staticmethod
-    def _must_have_committed(e: Event) -> bool:
-        return e.type == "ok" or (e.type == "info" and e.proven)
 
     @cached_property
     def failed_before(self) -> list[int]:
