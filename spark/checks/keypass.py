@@ -74,8 +74,12 @@ def _op_columns(ops: DataFrame) -> DataFrame:
     # as much as the flattening itself.
     writes = F.regexp_count(F.col("value"), F.lit(SEND_MOP))
     reads = F.col("value").rlike(POLL_WITH_A_RECORD)
+    # Invocations carry nothing the pass reads, except that a crash counts
+    # as a change from its invocation on: dropped before the window's
+    # shuffle, which moves every row's value text.
     return (
-        ops.withColumn("changes", F.coalesce(F.sum(is_change.cast("int")).over(before), F.lit(0)))
+        ops.where((F.col("type") != "invoke") | (F.col("f") == "crash"))
+        .withColumn("changes", F.coalesce(F.sum(is_change.cast("int")).over(before), F.lit(0)))
         .withColumn("last_change_f", F.last(F.when(is_change, F.col("f")), ignorenulls=True).over(before))
         .where(F.col("type") != "invoke")
         .withColumn("op_writes", F.when(F.col("f").isin("send", "txn") & completed, writes).otherwise(0))
