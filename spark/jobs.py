@@ -132,11 +132,9 @@ def analyze(
         spark = get_session(master, quick_start=input_bytes < QUICK_START_BYTES)
         phases["spark_start"] = round(time.monotonic() - started, 3)
     jobs = JobCounter(spark)
-    from spark.session import size_for_input
+    from spark.session import size_for_input, storage_level
 
     size_for_input(spark, input_bytes, QUICK_START_BYTES)
-    from spark.session import storage_level
-
     # Parsed once: the statistics, the pass and the wire job all read the
     # operations, and parsing JSON costs more than reading kept rows back.
     ops = load_history(spark, str(history_path)).persist(storage_level(spark))
