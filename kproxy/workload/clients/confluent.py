@@ -46,6 +46,25 @@ def failure_from_exception(exc: BaseException) -> ClientFailure:
     return ClientFailure(type(exc).__name__)
 
 
+def delivery_reporter(delivery: Delivery):  # noqa: ANN201 - librdkafka's on_delivery callback
+    """The callback that records a send's outcome in ``delivery``.
+
+    It runs inside librdkafka: an exception in it would surface from
+    flush() as a SystemError, so nothing in it may raise.
+    """
+
+    def on_delivery(err: KafkaError | None, msg: confluent_kafka.Message) -> None:
+        if err is not None:
+            delivery.fail(failure_from_error(err))
+            return
+        # An acknowledged send whose offset the broker did not give
+        # (librdkafka reports None, or a negative sentinel) has no known offset.
+        offset = msg.offset()
+        delivery.succeed(offset if offset is not None and offset >= 0 else None)
+
+    return on_delivery
+
+
 def _tps(partitions: Sequence[TopicPartition]) -> list[CkTopicPartition]:
     return [CkTopicPartition(t, p) for t, p in partitions]
 
@@ -62,13 +81,7 @@ class ConfluentProducer:
 
     def send(self, topic: str, partition: int, key: bytes, value: bytes) -> Delivery:
         delivery = Delivery()
-
-        def on_delivery(err: KafkaError | None, msg: confluent_kafka.Message) -> None:
-            if err is not None:
-                delivery.fail(failure_from_error(err))
-            else:
-                delivery.succeed(msg.offset() if msg.offset() >= 0 else None)
-
+        on_delivery = delivery_reporter(delivery)
         try:
             self._producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
         except (KafkaException, BufferError) as exc:
