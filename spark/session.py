@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+#: Spark's logging for the analysis: errors only (see the file).
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def get_session(
@@ -29,6 +33,10 @@ def get_session(
     # Python workers must be this interpreter: the system one lacks pyarrow
     # and pandas, which the grouped Arrow passes need.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        # Local mode talks to itself: loopback, not whatever the host name
+        # resolves to (Spark warns about that on every start otherwise).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     adaptive = "false" if master.startswith("local") else "true"
     builder = (
         SparkSession.builder.master(master)
@@ -53,8 +61,10 @@ def get_session(
         .config("spark.sql.catalogImplementation", "in-memory")
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "kproxy-spark-warehouse"))
     )
+    java_options = [f"-Dlog4j2.configurationFile={LOG_CONFIG}"]
     if quick_start:
-        builder = builder.config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
+        java_options.append("-XX:TieredStopAtLevel=1")
+    builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
     for name, setting in (conf or {}).items():
         builder = builder.config(name, setting)
     session = builder.getOrCreate()
