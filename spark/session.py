@@ -30,10 +30,11 @@ def get_session(
     tier: it compiles sooner and cheaper, which is what a run of a few
     seconds needs; long runs want the optimising tier.
     """
-    # Python workers must be this interpreter: the system one lacks pyarrow
-    # and pandas, which the grouped Arrow passes need.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local"):
+        # Python workers must be this interpreter: the system one lacks
+        # pyarrow and pandas, which the grouped Arrow passes need. (On a
+        # cluster PYSPARK_PYTHON names the workers' own: docs/analysis.md.)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         # Local mode talks to itself: loopback, not whatever the host name
         # resolves to (Spark warns about that on every start otherwise).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
