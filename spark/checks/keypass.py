@@ -35,12 +35,13 @@ from spark.checks.keyview import Event
 from spark.history import DATA_FS, MEMBERSHIP_FS, flatten_mops
 from spark.session import storage_level
 
-_RAW_ARRAY = "array<string>"
-_POLL_MAP = "map<string,array<array<long>>>"
 _LONG_ARRAY = "array<long>"
 
-#: The pass's output: a case (check, key, sort, case JSON), an edge
-#: (check '~edge' and the edge's fields) or an unseen delta (check '~unseen').
+#: The pass's output, one row per finding: a case (check, key, sort, case
+#: JSON); an edge ('~edge' and the edge's fields); an unseen delta
+#: ('~unseen': sort = bucket, value = delta); a micro-op count ('~micro-ops':
+#: etype = "mop:f", case = type, value = count); an info op this key proved
+#: or left unproven ('~proven' / '~unproven': sort = op index).
 OUTPUT_SCHEMA = StructType(
     [
         StructField("check", StringType()),
