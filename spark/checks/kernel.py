@@ -52,7 +52,8 @@ UNSEEN_BUCKET_NS = 1_000_000_000
 
 @dataclass
 class KeyResult:
-    """One key's findings: cases by check, dependency edges, unseen deltas per bucket."""
+    """One key's findings: cases by check, dependency edges, unseen deltas per
+    bucket, micro-op counts, and the info ops its reads proved (or not)."""
 
     cases: dict[str, list[dict]] = field(default_factory=dict)
     edges: list[Edge] = field(default_factory=list)

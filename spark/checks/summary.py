@@ -9,6 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+
 def summary(ops: DataFrame) -> DataFrame:
     """Per (f, type): ops, first/last time, last index. One aggregation over
     the operations; their values are not parsed here (the per-key pass counts
