@@ -131,7 +131,8 @@ def segments(view: KeyView, rows: list[Event], previous_types: tuple[str, ...]) 
             process=first.process, index=index, type=first.type,
             first_value=first.value, last_value=last.value, first_offset=first.offset, last_offset=last.offset,
             first_vo_index=view.position.get(first.value), last_vo_index=view.position.get(last.value),
-            changes=first.changes, kept=kept, subscribed=first.last_change_f == "subscribe",
+            changes=view.membership.before(first.process, index), kept=kept,
+            subscribed=view.membership.latest_before(first.process, index) == "subscribe",
         )
         seg.prev = previous_usable.get(seg.process)
         before = last_of_process.get(seg.process)

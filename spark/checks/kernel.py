@@ -25,6 +25,7 @@ from spark.checks.contiguity import (
 )
 from spark.checks.cycles import Edge, key_edges
 from spark.checks.keyview import Event, KeyView
+from spark.checks.membership import Membership
 from spark.checks.orders import duplicates, inconsistent_offsets
 from spark.checks.visibility import aborted_reads, lost_writes, precommitted_reads, unseen, unseen_deltas
 
@@ -67,11 +68,12 @@ class KeyResult:
 
 def check_key(key: int, events: list[Event], ww_deps: bool = True,
               bucket_ns: int = UNSEEN_BUCKET_NS, ordered: bool = False,
-              proven_elsewhere: frozenset[int] = frozenset()) -> KeyResult:
+              proven_elsewhere: frozenset[int] = frozenset(), membership: Membership | None = None) -> KeyResult:
     """Every per-key check over one key's events (``ordered``: already by
     index, mop_index, pos, as the pass hands them over; ``proven_elsewhere``:
-    info ops other keys' reads proved committed)."""
-    view = KeyView(key, events, ordered, proven_elsewhere)
+    info ops other keys' reads proved committed; ``membership``: every
+    process's membership changes)."""
+    view = KeyView(key, events, ordered, proven_elsewhere, membership)
     reads = read_segments(view)
     polls = poll_pairs(view, reads)
     int_polls = internal_poll_pairs(view)

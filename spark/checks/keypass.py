@@ -8,10 +8,12 @@ case as JSON), the keys' dependency edges and their unseen-writes series,
 collected once. What crosses keys is computed before the pass, per
 operation, as columns of its rows:
 
-* per process (a window): how many membership changes came before each
-  operation, and which was the latest (poll-skip's reset, ``subscribed``);
 * per operation (from its own value): how many committed writes and whether
   it read anything (the cycle graph's collapsing).
+
+Each process's membership changes (poll-skip's reset, ``subscribed``) are
+few: they are collected first and broadcast to every key
+(spark.checks.membership).
 
 An ``info`` send proven committed by a read of another key is settled
 after the pass (``run_pass``).
@@ -25,13 +27,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import orjson
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark.checks.cycles import Edge
 from spark.checks.kernel import KEY_CHECKS, UNSEEN_BUCKET_NS, check_key
 from spark.checks.keyview import Event
+from spark.checks.membership import Membership, collect_membership
 from spark.history import DATA_FS, MEMBERSHIP_FS, flatten_mops
 from spark.session import storage_level
 
@@ -66,23 +69,15 @@ POLL_WITH_A_RECORD = r'\[\s*"poll"\s*,\s*\{[^}]*\[\s*-?\d+\s*,\s*-?\d'
 
 
 def _op_columns(ops: DataFrame) -> DataFrame:
-    """Every operation with the cross-key facts its rows carry into the pass."""
-    is_change = (F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info")) | (F.col("f") == "crash")
-    before = Window.partitionBy("process").orderBy("index").rowsBetween(Window.unboundedPreceding, -1)
+    """Every completed operation with the cross-key facts its rows carry into the pass."""
     completed = F.col("type").isin("ok", "info")
     # Read off the value's JSON text with two regular expressions: parsing
     # every micro-op (and every poll map) a second time for two numbers cost
     # as much as the flattening itself.
     writes = F.regexp_count(F.col("value"), F.lit(SEND_MOP))
     reads = F.col("value").rlike(POLL_WITH_A_RECORD)
-    # Invocations carry nothing the pass reads, except that a crash counts
-    # as a change from its invocation on: dropped before the window's
-    # shuffle, which moves every row's value text.
     return (
-        ops.where((F.col("type") != "invoke") | (F.col("f") == "crash"))
-        .withColumn("changes", F.coalesce(F.sum(is_change.cast("int")).over(before), F.lit(0)))
-        .withColumn("last_change_f", F.last(F.when(is_change, F.col("f")), ignorenulls=True).over(before))
-        .where(F.col("type") != "invoke")
+        ops.where(F.col("type") != "invoke")
         .withColumn("op_writes", F.when(F.col("f").isin("send", "txn") & completed, writes).otherwise(0))
         .withColumn("op_reads", F.coalesce(completed & F.col("f").isin(*DATA_FS) & reads, F.lit(False)))
     )
@@ -95,7 +90,7 @@ def key_events(ops: DataFrame) -> DataFrame:
     """The pass's input: one row per completed send micro-op, per polled
     record and per (membership change, key it kept), with Event's columns."""
     done = _op_columns(ops)
-    carry = ("error", "op_writes", "op_reads", "changes", "last_change_f")
+    carry = ("error", "op_writes", "op_reads")
     mops = flatten_mops(done, carry).where(F.col("key").isNotNull())
     kept = (
         done.where(F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info"))
@@ -119,7 +114,7 @@ def key_events(ops: DataFrame) -> DataFrame:
 
 #: Columns that are never null: numpy turns them into Python values several
 #: times faster than Arrow's to_pylist.
-_DENSE = frozenset({"index", "time", "process", "mop_index", "pos", "op_writes", "op_reads", "changes"})
+_DENSE = frozenset({"index", "time", "process", "mop_index", "pos", "op_writes", "op_reads"})
 
 
 def _events_of(table) -> list[Event]:  # noqa: ANN001 - a pyarrow.Table
@@ -146,9 +141,10 @@ def _output(rows: list[tuple]):  # noqa: ANN202
 
 
 def key_rows(key: int, events: list[Event], ww_deps: bool, bucket_ns: int,
-             proven: frozenset[int] = frozenset()) -> list[tuple]:
+             proven: frozenset[int] = frozenset(), membership: Membership | None = None) -> list[tuple]:
     """check_key's findings for one key (events ordered) as OUTPUT_SCHEMA rows."""
-    result = check_key(key, events, ww_deps, bucket_ns, ordered=True, proven_elsewhere=proven)
+    result = check_key(key, events, ww_deps, bucket_ns, ordered=True, proven_elsewhere=proven,
+                       membership=membership)
     rows: list[tuple] = []
     for name, cases in result.cases.items():
         order = KEY_CHECKS[name]
@@ -168,13 +164,18 @@ def key_rows(key: int, events: list[Event], ww_deps: bool, bucket_ns: int,
 
 
 def history_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_BUCKET_NS,
-                 proven: frozenset[int] = frozenset()) -> DataFrame:
+                 proven: frozenset[int] = frozenset(), membership: Membership | None = None) -> DataFrame:
     """Every key's findings (OUTPUT_SCHEMA); lazy: nothing runs until
-    collected. ``proven``: info ops known to be committed (see run_pass)."""
+    collected. ``proven``: info ops known to be committed (see run_pass);
+    ``membership``: the processes' membership changes (collected from ops
+    when not given: one small job)."""
+    if membership is None:
+        membership = collect_membership(ops)
+    shared = ops.sparkSession.sparkContext.broadcast(membership)
 
     def per_key(table):  # noqa: ANN001, ANN202 - pyarrow.Table in and out
         key = table.column("key")[0].as_py()
-        return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns, proven))
+        return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns, proven, shared.value))
 
     return key_events(ops).groupBy("key").applyInArrow(per_key, OUTPUT_SCHEMA)
 
@@ -216,11 +217,12 @@ def run_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_BUCKE
     told which operations are proven. That is rare, and cheaper than
     joining every read against every send before the pass.
     """
-    result = collect_pass(history_pass(ops, ww_deps, bucket_ns))
+    membership = collect_membership(ops)
+    result = collect_pass(history_pass(ops, ww_deps, bucket_ns, membership=membership))
     if result.proven & result.unproven:
         proven = frozenset(result.proven)
         result.release()
-        result = collect_pass(history_pass(ops, ww_deps, bucket_ns, proven))
+        result = collect_pass(history_pass(ops, ww_deps, bucket_ns, proven, membership))
     return result
 
 

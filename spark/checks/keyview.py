@@ -21,6 +21,8 @@ from collections import defaultdict
 from functools import cached_property
 from typing import NamedTuple
 
+from spark.checks.membership import Membership
+
 
 class Event(NamedTuple):
     """One row of a key's group (see keypass.EVENT_COLUMNS).
@@ -45,21 +47,19 @@ class Event(NamedTuple):
     op_writes: int
     # The op (ok/info) polled at least one record, on any key.
     op_reads: bool
-    # Membership changes (ok/info assign/subscribe, crash) of the process before this op.
-    changes: int
-    # The f of the process's latest change before this op (null before any).
-    last_change_f: str | None
 
 
 class KeyView:
     """Everything the checks derive from one key's events, built once."""
 
     def __init__(self, key: int, events: list[Event], ordered: bool = False,
-                 proven_elsewhere: frozenset[int] = frozenset()) -> None:
+                 proven_elsewhere: frozenset[int] = frozenset(), membership: Membership | None = None) -> None:
         """``ordered``: the events already come ordered by (index, mop_index,
         pos). ``proven_elsewhere``: info operations an acknowledged read of
-        another key proved committed."""
+        another key proved committed. ``membership``: every process's
+        membership changes (spark.checks.membership)."""
         self.key = key
+        self.membership = membership or Membership()
         ordered = events if ordered else sorted(events, key=lambda e: (e.index, e.mop_index, e.pos))
         self.sends = [e for e in ordered if e.kind == "send"]
         self.poll_rows = [e for e in ordered if e.kind == "poll"]
