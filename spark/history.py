@@ -116,32 +116,6 @@ def polled(mops: DataFrame) -> DataFrame:
     return mops.where((F.col("mop") == "poll") & (F.col("type") != "invoke") & F.col("value").isNotNull())
 
 
-def _keys_of(value: Column) -> Column:
-    return F.coalesce(F.from_json(value, _LONG_ARRAY), F.array().cast(_LONG_ARRAY))
-
-
-def membership_changes(ops: DataFrame) -> DataFrame:
-    """Every completed change of what a process reads: assign, subscribe, crash.
-
-    Columns: index, time, process, type, f, keys (array<long>). Only ``ok``
-    and ``info`` completions count, as in Jepsen (an ``info`` assign may have
-    taken effect). A crash tears the client down, so it reads nothing
-    afterwards: it is a change to the empty set of keys.
-    """
-    changes = ops.where(
-        (F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info")) | (F.col("f") == "crash")
-    )
-    return changes.select(
-        "index", "time", "process", "type", "f",
-        F.when(F.col("f") == "crash", F.array().cast(_LONG_ARRAY)).otherwise(_keys_of(F.col("value"))).alias("keys"),
-    )
-
-
-def crashes(ops: DataFrame) -> DataFrame:
-    """Client crashes: index, time, process."""
-    return ops.where(F.col("f") == "crash").select("index", "time", "process")
-
-
 def key_partitions(ops: DataFrame) -> DataFrame:
     """Where each key lives, from ``create`` ops: key, topic, partition, index, time."""
     parts = F.from_json("value", _RAW_ARRAY)

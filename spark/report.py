@@ -1,6 +1,6 @@
 """report.json: the verdict, the anomalies with their cases, counts and stats.
 
-`build_report` turns the checks' cases (DataFrames, or lists of dicts) into
+`build_report` turns the checks' cases (lists of dicts, collected once) into
 one JSON-ready dict; `format_summary` renders it for a terminal. Which
 anomalies make a history invalid follows Jepsen's Kafka checker; the rest
 are informational (docs/analysis.md lists both).
@@ -77,52 +77,22 @@ def describe_jobs(frame: Any, text: str | None) -> None:
         context.setJobDescription(text)
 
 
-def collect_cases(cases: Any, limit: int = MAX_CASES, cached: list | None = None) -> tuple[list[dict], int]:
-    """(first `limit` cases as dicts, total count) from a DataFrame or an iterable.
-
-    A DataFrame is cached while it is read: the count runs the check's whole
-    plan once and fills the cache, so taking the first cases only reads the
-    cache instead of running the plan a second time. With ``cached`` (a
-    list) the DataFrame stays cached and is appended there for the caller
-    to unpersist, so later plans built on it (fault-impact reads every
-    wire check's cases) reuse it; without, it is released at once.
-    """
-    if hasattr(cases, "limit") and hasattr(cases, "count"):
-        frame = cases.persist()
-        try:
-            total = frame.count()
-            rows = frame.limit(limit).collect() if total else []
-        finally:
-            if cached is None:
-                frame.unpersist()
-            else:
-                cached.append(frame)
-        return [_plain(r) for r in rows], total
-    rows = list(cases) if isinstance(cases, Iterable) else []
+def collect_cases(cases: Iterable[Any], limit: int = MAX_CASES) -> tuple[list[dict], int]:
+    """(first `limit` cases as plain dicts, total count)."""
+    rows = list(cases)
     return [_plain(r) for r in rows[:limit]], len(rows)
 
 
-def cause_counts(cases: Any) -> dict[str, int]:
+def cause_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Cases per cause over every case (not only the first MAX_CASES), for
     checks whose cases carry `causes` (spark.checks.causes); a case may count
     under several causes, and one with none counts as `unexplained`."""
-    if hasattr(cases, "groupBy"):
-        if "causes" not in cases.columns:
+    counted: dict[str, int] = {}
+    for case in cases:
+        if "causes" not in case:
             return {}
-        from pyspark.sql import functions as F
-
-        rows = (
-            cases.select(F.explode_outer("causes").alias("cause"))
-            .groupBy("cause").count().collect()
-        )
-        counted = {(r["cause"] or UNEXPLAINED): r["count"] for r in rows}
-    else:
-        counted: dict[str, int] = {}
-        for case in cases:
-            if "causes" not in case:
-                return {}
-            for cause in case["causes"] or [UNEXPLAINED]:
-                counted[cause] = counted.get(cause, 0) + 1
+        for cause in case["causes"] or [UNEXPLAINED]:
+            counted[cause] = counted.get(cause, 0) + 1
     return dict(sorted(counted.items(), key=lambda kv: (kv[0] == UNEXPLAINED, -kv[1], kv[0])))
 
 
@@ -165,7 +135,7 @@ def build_report(
 ) -> dict:
     """The report.json structure.
 
-    history_cases / wire_cases: anomaly name -> cases (DataFrame or list of
+    history_cases / wire_cases: anomaly name -> cases (list of
     dicts). `allowed`: names tolerated for this run (e.g. poll-skip with
     subscribe; spark.checks.allowed_anomalies). stats: plain numbers and
     tables; keys the report reads: final_reads (bool), completed_ops (int).
@@ -174,27 +144,19 @@ def build_report(
     counts: dict[str, int] = {}
     causes: dict[str, dict[str, int]] = {}
     out_stats: dict[str, Any] = {k: _plain(v) for k, v in stats.items()}
-    cached: list = []
-    try:
-        for source in (history_cases, wire_cases):
-            for name, cases in source.items():
-                if not hasattr(cases, "groupBy"):
-                    cases = list(cases)  # read twice below: the first cases, then their causes
-                describe_jobs(cases, f"cases of {name}")
-                rows, total = collect_cases(cases, max_cases if name not in STATS_TABLES else 10_000, cached)
-                if name in STATS_TABLES:
-                    out_stats[STATS_TABLES[name]] = rows
-                    continue
-                counts[name] = total
-                if total:
-                    anomalies[name] = rows
-                    # The frame is still cached: counting its causes reads the cache.
-                    by_cause = cause_counts(cases)
-                    if by_cause:
-                        causes[name] = by_cause
-    finally:
-        for frame in cached:
-            frame.unpersist()
+    for source in (history_cases, wire_cases):
+        for name, cases in source.items():
+            cases = list(cases)  # read twice below: the first cases, then their causes
+            rows, total = collect_cases(cases, max_cases if name not in STATS_TABLES else 10_000)
+            if name in STATS_TABLES:
+                out_stats[STATS_TABLES[name]] = rows
+                continue
+            counts[name] = total
+            if total:
+                anomalies[name] = rows
+                by_cause = cause_counts(cases)
+                if by_cause:
+                    causes[name] = by_cause
     if causes:
         out_stats["causes"] = causes
     allowed = set(allowed)

@@ -49,7 +49,7 @@ def cases_of(result: PassResult) -> dict[str, list[dict]]:
     return {**result.cases, **cycle_checks(result.edge_src, result.edge_dst, result.edge_ww, result.explain)}
 
 
-def history_checks(ops: DataFrame, names=None, ww_deps: bool = True, **_) -> dict[str, list[dict]]:  # noqa: ANN001
+def history_checks(ops: DataFrame, names=None, ww_deps: bool = True) -> dict[str, list[dict]]:  # noqa: ANN001
     """Run every history check over ``ops`` (as returned by ``load_history``).
 
     One Spark job (the grouped pass); ``names`` limits what is returned.

@@ -12,7 +12,7 @@ small there: an operation that writes exactly one value and reads nothing is
 only a link in its key's ww chain, so runs of such operations are collapsed
 into one ww edge between the nearest operations that can branch (several
 writes, reads, or a wr edge out of it). The driver then drops what can be on
-no cycle (``cycle_candidates``: one sort over backward spans, then a few
+no cycle (``prune``: one sort over backward spans, then a few
 rounds of source/sink removal, vectorised with numpy) and searches what
 survives with networkx, up to ``MAX_EDGES`` edges.
 """
@@ -28,7 +28,7 @@ import numpy as np
 from spark.checks.keyview import KeyView
 
 #: The driver refuses to search more candidate edges (those left after
-#: ``cycle_candidates``) than this; it then reports which cycle classes are
+#: ``prune``) than this; it then reports which cycle classes are
 #: known to exist (``G0-cycle-exists``, ``G1c-cycle-exists``) and
 #: ``cycle-search-incomplete``, instead of guessing.
 MAX_EDGES = 2_000_000
@@ -155,13 +155,6 @@ def prune(src: np.ndarray, dst: np.ndarray, rounds: int = 3) -> np.ndarray:
     return keep
 
 
-def cycle_candidates(pairs, rounds: int = 3) -> set[tuple[int, int]]:  # noqa: ANN001
-    """``prune`` over (src, dst) pairs, as a set of pairs."""
-    array = np.asarray(list(pairs), dtype=np.int64).reshape(-1, 2)
-    keep = prune(array[:, 0], array[:, 1], rounds)
-    return set(zip(array[keep, 0].tolist(), array[keep, 1].tolist()))
-
-
 def _shortest_cycle_through(graph: nx.DiGraph, seeds: list[tuple[int, int]]) -> list[int] | None:
     """Shortest cycle that uses one of the seed edges (u, v): u, v, ..., u."""
     best = None
@@ -261,4 +254,4 @@ def merge_edges(rows) -> list[Edge]:  # noqa: ANN001
     return list(best.values())
 
 
-__all__ = ["MAX_EDGES", "Edge", "cycle_candidates", "cycle_checks", "find_cycles", "key_edges", "merge_edges", "prune"]
+__all__ = ["MAX_EDGES", "Edge", "cycle_checks", "find_cycles", "key_edges", "merge_edges", "prune"]
