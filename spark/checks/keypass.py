@@ -34,8 +34,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from spark.checks.cycles import Edge
 from spark.checks.kernel import KEY_CHECKS, UNSEEN_BUCKET_NS, check_key
 from spark.checks.keyview import Event
-from spark.checks.membership import Membership, collect_membership
-from spark.history import DATA_FS, MEMBERSHIP_FS, flatten_mops
+from spark.checks.membership import Membership, collect_membership, is_reassignment
+from spark.history import DATA_FS, flatten_mops
 from spark.session import storage_level
 
 _LONG_ARRAY = "array<long>"
@@ -93,7 +93,7 @@ def key_events(ops: DataFrame) -> DataFrame:
     carry = ("error", "op_writes", "op_reads")
     mops = flatten_mops(done, carry).where(F.col("key").isNotNull())
     kept = (
-        done.where(F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info"))
+        done.where(is_reassignment())
         .select(
             "index", "time", "process", "type", "f", *carry,
             F.explode(F.coalesce(F.from_json("value", _LONG_ARRAY), F.array().cast(_LONG_ARRAY))).alias("key"),

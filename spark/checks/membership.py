@@ -19,8 +19,13 @@ from pyspark.sql import functions as F
 from spark.history import MEMBERSHIP_FS
 
 
+def is_reassignment() -> Column:
+    """An assign or subscribe that took (or may have taken) effect: ok or info, as in Jepsen."""
+    return F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info")
+
+
 def is_change() -> Column:
-    return (F.col("f").isin(*MEMBERSHIP_FS) & F.col("type").isin("ok", "info")) | (F.col("f") == "crash")
+    return is_reassignment() | (F.col("f") == "crash")
 
 
 def change_rows(ops: DataFrame) -> DataFrame:
