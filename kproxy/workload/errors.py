@@ -33,7 +33,9 @@ class ClientFailure(Exception):
     name (_MSG_TIMED_OUT, ...); retriable / fatal / txn_requires_abort: the
     flags the client gives (librdkafka's KafkaError flags, or the kafka-python
     error class); enqueued: False when the client refused the record before it
-    could be sent (local queue full, bad argument).
+    could be sent (local queue full, bad argument); library_error: the library
+    raised something its adapter does not know (a SystemError from a callback,
+    an internal assertion), which proves nothing about what the broker saw.
     """
 
     name: str
@@ -41,6 +43,7 @@ class ClientFailure(Exception):
     fatal: bool = False
     txn_requires_abort: bool = False
     enqueued: bool = True
+    library_error: bool = False
 
     def __str__(self) -> str:
         return self.name
@@ -87,6 +90,8 @@ class Outcome:
 
 def classify_produce(failure: ClientFailure) -> Outcome:
     """A non-transactional send that did not come back ok."""
+    if failure.library_error:
+        return Outcome("info", failure.name)
     if not failure.enqueued or failure.name in DEFINITE_PRODUCE_ERRORS:
         return Outcome("fail", failure.name)
     # Timeouts, retriable errors and fatal idempotence errors (e.g.
@@ -105,6 +110,8 @@ def classify_in_txn(failure: ClientFailure, aborted: bool) -> Outcome:
     itself is one Kafka defines as pre-commit (INVALID_TXN_STATE,
     authorization).
     """
+    if failure.library_error:
+        return Outcome("info", failure.name)
     if aborted or failure.name == "INVALID_TXN_STATE" or failure.name in AUTHORIZATION_ERRORS:
         return Outcome("fail", failure.name)
     return Outcome("info", failure.name)
@@ -117,6 +124,8 @@ def classify_commit(failure: ClientFailure, aborted_after: bool) -> Outcome:
     is definite: the client refuses to send EndTxn(commit) in that state. A
     timeout or a retriable error that outlived its retries may have committed.
     """
+    if failure.library_error:
+        return Outcome("info", failure.name)
     if failure.txn_requires_abort and aborted_after:
         return Outcome("fail", failure.name)
     if failure.name in AUTHORIZATION_ERRORS:
@@ -125,5 +134,11 @@ def classify_commit(failure: ClientFailure, aborted_after: bool) -> Outcome:
 
 
 def classify_read(failure: ClientFailure) -> Outcome:
-    """A poll, assign or subscribe that raised: reads write nothing, so the failure is definite."""
+    """A poll, assign or subscribe that raised: reads write nothing, so the failure is definite.
+
+    Unless the library itself broke: a poll may then have consumed records
+    nobody recorded, and the client is not to be trusted again.
+    """
+    if failure.library_error:
+        return Outcome("info", failure.name)
     return Outcome("fail", failure.name)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kproxy.workload.clients.base import ClientFactory, ConsumerClient, Delivery, ProducerClient, Record
+from kproxy.workload.clients.guard import guarded
 from kproxy.workload.config import WorkloadConfig
 from kproxy.workload.errors import (
     ClientFailure,
@@ -88,6 +89,9 @@ class Worker:
         self.processes_used = [index]
         self.error: BaseException | None = None
         self._needs_read_set = True  # a new process starts by choosing what it reads
+        # Set when the client library raised an error its adapter does not
+        # know: this process's clients are not used for another operation.
+        self._library_broke = False
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -109,23 +113,32 @@ class Worker:
                 plan = OpPlan("assign") if self._needs_read_set else plan_op(self.rng, self.config)
                 self._needs_read_set = False
                 self._run_op(plan)
+                if self._library_broke and self.producer is not None:
+                    # The operation finished (an offset commit after a poll,
+                    # a rewind after an abort broke): still start afresh.
+                    self._retire()
         finally:
             self._teardown(clean=True)
 
     def _open(self) -> bool:
         cid = f"{self.config.topic_prefix}-p{self.process}"
         txn_id = self.config.transactional_id(self.index) if self.config.txn else None
+        self._library_broke = False
         try:
-            self.producer = self.factory.producer(cid, txn_id)
+            # Building a client is not guarded: a setting the library refuses stops the run.
+            self.producer = guarded(self.factory.producer(cid, txn_id), self._broke)
             if self.config.txn:
                 self.producer.init_transactions(self.config.op_timeout)
-            self.consumer = self.factory.consumer(cid, self.config.consumer_group)
+            self.consumer = guarded(self.factory.consumer(cid, self.config.consumer_group), self._broke)
         except ClientFailure as exc:
             log.warning("process %d could not open its clients: %s", self.process, exc)
             self._teardown(clean=False)
             return False
         self._needs_read_set = True
         return True
+
+    def _broke(self) -> None:
+        self._library_broke = True
 
     def _teardown(self, clean: bool) -> None:
         timeout = self.config.op_timeout if clean else 0.0
@@ -198,7 +211,14 @@ class Worker:
                 deliveries.append(self._produce(k, v))
             except ClientFailure as exc:
                 deliveries.append(exc)
-        self.producer.flush(self.config.op_timeout)
+        try:
+            self.producer.flush(self.config.op_timeout)
+        except ClientFailure as exc:
+            # The library broke while waiting for delivery reports: whatever
+            # they said, this client's word on these sends is worthless.
+            value = [["send", k, v] for k, v in sends]
+            self._complete("info", "send", value, classify_produce(exc).error)
+            return
         outcomes: list[Outcome | None] = []  # None: ok
         value = []
         for (k, v), d in zip(sends, deliveries):
@@ -307,7 +327,13 @@ class Worker:
             return
 
         if plan.abort:
-            producer.flush(timeout)  # learn the offsets of records that are about to be aborted
+            try:
+                producer.flush(timeout)  # learn the offsets of records that are about to be aborted
+            except ClientFailure as exc:
+                aborted = abort()
+                outcome = classify_in_txn(exc, aborted)
+                self._complete(outcome.type, "txn", completion_value(), outcome.error)
+                return
             if abort():
                 self._complete("fail", "txn", completion_value(), "aborted")
             else:

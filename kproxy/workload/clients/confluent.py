@@ -43,7 +43,7 @@ def failure_from_exception(exc: BaseException) -> ClientFailure:
         return failure_from_error(exc.args[0])
     if isinstance(exc, BufferError):
         return ClientFailure("_QUEUE_FULL", retriable=True, enqueued=False)
-    return ClientFailure(type(exc).__name__)
+    return ClientFailure(type(exc).__name__, library_error=True)
 
 
 def delivery_reporter(delivery: Delivery):  # noqa: ANN201 - librdkafka's on_delivery callback

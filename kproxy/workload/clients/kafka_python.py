@@ -67,7 +67,8 @@ def failure_from_exception(exc: BaseException, producer: kafka.KafkaProducer | N
         requires_abort = bool(manager is not None and manager.has_abortable_error())
         return ClientFailure(name, retriable=bool(exc.retriable), fatal=isinstance(exc, _FATAL),
                              txn_requires_abort=requires_abort, enqueued=enqueued)
-    return ClientFailure(type(exc).__name__, enqueued=enqueued)
+    # Not one of the library's Kafka errors: the library itself broke.
+    return ClientFailure(type(exc).__name__, enqueued=enqueued, library_error=True)
 
 
 class KafkaPythonProducer:
