@@ -1,24 +1,33 @@
-"""`kproxy demo`: broker, proxy with a scenario's rules, workload, analysis.
+"""The scenario runner behind `kproxy demo`: broker, proxy with a scenario's
+rules, workload, analysis.
 
 Each scenario runs the transactional queue workload through the proxy with
 the scenario's rule file, tracing at level `records`, then analyses the
 history against the traces. Workload settings per scenario are below: they
 are the ones that make that scenario's fault observable in a short run.
+
+The broker is either one kproxy starts (`broker=KIND`, stopped at the end)
+or one it did not (`bootstrap="host:port"`: the user's cluster, or a broker
+shared by several runs). Either way a run creates only its own topics, named
+with a prefix fresh per run, and its own groups and transactional ids under
+the same prefix; it deletes and alters nothing.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import kproxy
-from kproxy.broker import start_broker
+from kproxy.brokers import check_broker, start_broker
 from kproxy.proxy_process import start_proxy
 
 DEFAULT_SCENARIO = "torn-transaction"
+DEFAULT_BROKER = "tansu"
 
 
 def rules_dir() -> Path:
@@ -51,6 +60,11 @@ PROFILES: dict[str, WorkloadProfile] = {
 }
 
 
+def fresh_topic_prefix() -> str:
+    """Topics, group and transactional ids of one run; unique so that runs can share a broker."""
+    return f"kproxy-demo-{uuid.uuid4().hex[:10]}"
+
+
 @dataclass
 class DemoResult:
     scenario: str
@@ -58,6 +72,7 @@ class DemoResult:
     report: dict[str, Any]
     summary: str
     exit_code: int
+    topic_prefix: str = ""
 
 
 def run_demo(
@@ -70,14 +85,35 @@ def run_demo(
     rules_directory: Path | None = None,
     say: Callable[[str], None] = print,
     progress: bool = True,
+    broker: str | None = None,
+    bootstrap: str | None = None,
+    rules_file: Path | None = None,
+    topic_prefix: str | None = None,
+    spark: Any = None,
 ) -> DemoResult:
+    """Run one scenario end to end and return its report.
+
+    broker: the kind of broker to start (default DEFAULT_BROKER); bootstrap:
+    run against this existing broker instead. rules_file: run these rules
+    under the scenario's name and workload profile (a shrunk rule file, say).
+    spark: an existing SparkSession for the analysis (tests share one).
+    """
     from kproxy.workload.config import WorkloadConfig
     from kproxy.workload.runner import run_workload
 
-    available = scenarios(rules_directory)
-    if scenario not in available:
-        raise ValueError(f"unknown scenario {scenario!r}; choose one of: {', '.join(available)}")
-    rules = available[scenario]
+    if broker is not None and bootstrap is not None:
+        raise ValueError("give a broker kind to start or a bootstrap address, not both")
+    if rules_file is None:
+        available = scenarios(rules_directory)
+        if scenario not in available:
+            raise ValueError(f"unknown scenario {scenario!r}; choose one of: {', '.join(available)}")
+        rules = available[scenario]
+    else:
+        rules = rules_file
+    kind = None if bootstrap is not None else (broker or DEFAULT_BROKER)
+    if kind is not None:
+        check_broker(kind)  # a binary that cannot run here fails now, before anything starts
+    prefix = topic_prefix or fresh_topic_prefix()
     profile = PROFILES.get(scenario, WorkloadProfile())
     if duration is not None:
         profile = replace(profile, duration=duration)
@@ -86,14 +122,22 @@ def run_demo(
     traces = out_dir / "traces"
     started = time.monotonic()
 
-    say(f"[1/4] starting the embedded broker (logs in {out_dir})")
-    broker = start_broker(log_path=out_dir / "broker.log")
+    stop_broker: Callable[[], None] = lambda: None  # noqa: E731
+    if kind is not None:
+        say(f"[1/4] starting the embedded {kind} broker (logs in {out_dir})")
+        embedded = start_broker(kind=kind, log_path=out_dir / "broker.log")
+        upstream = embedded.bootstrap
+        stop_broker = embedded.stop
+    else:
+        assert bootstrap is not None
+        say(f"[1/4] using the broker at {bootstrap} (topics {prefix}-*)")
+        upstream = bootstrap
     try:
         say(f"[2/4] starting kproxy with rules/{rules.name}{' in guard mode' if guard else ''}")
         args = ["--rules", str(rules), "--seed", str(seed), "--traces", str(traces), "--trace-level", "records"]
         if guard:
             args.append("--guard")
-        proxy = start_proxy(broker.bootstrap, *args, log_path=out_dir / "kproxy.log")
+        proxy = start_proxy(upstream, *args, log_path=out_dir / "kproxy.log")
         try:
             say(
                 f"[3/4] running the queue workload through the proxy for {profile.duration:.0f}s "
@@ -108,19 +152,20 @@ def run_demo(
                 abort_probability=profile.abort_probability,
                 crash_probability=profile.crash_probability,
                 max_txn_length=profile.max_txn_length,
+                topic_prefix=prefix,
             )
             run_workload(config, history, progress=progress)
         finally:
             proxy.stop()  # SIGTERM: the trace writer flushes every accepted event
     finally:
-        broker.stop()
+        stop_broker()
 
     say("[4/4] analysing the history against the wire traces with Spark (local mode)")
     from spark.jobs import analyze
     from spark.report import exit_code, format_summary
 
-    report = analyze(str(history), str(traces), str(out_dir))
+    report = analyze(str(history), str(traces), str(out_dir), spark=spark)
     summary = format_summary(report, str(out_dir))
     say(summary)
     say(f"done in {time.monotonic() - started:.0f}s: {out_dir / 'report.html'} and {out_dir / 'report.json'}")
-    return DemoResult(scenario, out_dir, report, summary, exit_code(report))
+    return DemoResult(scenario, out_dir, report, summary, exit_code(report), prefix)

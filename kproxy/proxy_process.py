@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kproxy.broker import BrokerError, free_port, stop_process, wait_for_port
+from kproxy.brokers import BrokerError, free_port, stop_process, wait_for_port
 
 
 @dataclass

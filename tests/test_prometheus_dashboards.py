@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from kproxy.broker import EmbeddedBroker
+from kproxy.brokers import EmbeddedBroker
 from kproxy.proxy_process import ProxyProcess, start_proxy
 from tests.fixtures.broker import create_topic
 from tests.fixtures.prometheus import PrometheusServer

@@ -9,7 +9,7 @@ import time
 import httpx
 from confluent_kafka import Producer
 
-from kproxy.broker import free_port, start_broker
+from kproxy.brokers import free_port, start_broker
 from tests.fixtures.proxy import SILENT_UPSTREAM, metric_value
 from tests.fixtures.scripted import ScriptedUpstream
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from kproxy.broker import EmbeddedBroker
+from kproxy.brokers import EmbeddedBroker
 from kproxy.proxy_process import ProxyProcess
 from tests.fixtures.broker import create_topic
 from tests.fixtures.proxy import metric_value

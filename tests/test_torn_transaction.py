@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.broker import EmbeddedBroker
+from kproxy.brokers import EmbeddedBroker
 from tests.fixtures.broker import create_topic
 from tests.fixtures.proxy import metric_value
 from tests.scenario_clients import (

@@ -359,7 +359,7 @@ def librdkafka_session(tmp_path_factory: pytest.TempPathFactory) -> RecordingRel
     """A confluent-kafka producer that commits one transaction and aborts the next."""
     from confluent_kafka import Producer
 
-    from kproxy.broker import running_broker
+    from kproxy.brokers import running_broker
     from tests.fixtures.broker import create_topic
 
     log_path = tmp_path_factory.mktemp("txn-broker") / "tansu.log"

@@ -21,7 +21,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from kproxy.broker import BrokerError, free_port, start_broker, stop_process, wait_for_port
+from kproxy.brokers import BrokerError, free_port, start_broker, stop_process, wait_for_port
 
 HAPROXY_CONFIG = """\
 global

@@ -24,7 +24,7 @@ from typing import Any
 from kproxy.bench import workloads
 from kproxy.bench.reference import haproxy_path
 from kproxy.bench.rss import rss_bytes
-from kproxy.broker import start_broker
+from kproxy.brokers import start_broker
 from kproxy.proxy_process import start_proxy
 
 # Targets from the proxy's performance contract (docs/performance.md).

@@ -13,7 +13,7 @@ import click
 # name -> (module, attribute, one-line help shown by `kproxy --help`)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("kproxy.cli.run", "run", "Run the proxy in front of a Kafka cluster."),
-    "broker": ("kproxy.cli.broker", "broker", "Run the embedded Tansu broker (local use, demos, tests)."),
+    "broker": ("kproxy.cli.broker", "broker", "Run an embedded broker, Tansu or noida-db (local use, demos, tests)."),
     "bench": ("kproxy.cli.bench", "bench", "Measure throughput and latency through the proxy against a direct connection."),
     "rules": ("kproxy.cli.rules", "rules", "Validate rule files, export their JSON Schema, manage a running proxy's rules."),
     "workload": ("kproxy.cli.workload", "workload", "Run a Jepsen-style queue workload with real clients and write its history."),

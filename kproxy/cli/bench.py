@@ -74,7 +74,7 @@ def bench(ctx, bootstrap, rounds, batched_records, consume_passes, small_records
     from kproxy.bench.report import plot as plot_result
     from kproxy.bench.reference import haproxy_binary
     from kproxy.bench.runner import BenchConfig, run_bench
-    from kproxy.broker import BrokerError
+    from kproxy.brokers import BrokerError
 
     if reference:
         if bootstrap is not None:

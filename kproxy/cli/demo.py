@@ -1,4 +1,4 @@
-"""`kproxy demo`: the whole loop on the embedded broker in one command."""
+"""`kproxy demo`: the whole loop, on an embedded broker or the user's own, in one command."""
 
 from __future__ import annotations
 
@@ -8,12 +8,18 @@ from pathlib import Path
 
 import click
 
-from kproxy.demo import DEFAULT_SCENARIO, run_demo, scenarios
+from kproxy.brokers import KINDS
+from kproxy.demo import DEFAULT_BROKER, DEFAULT_SCENARIO, run_demo, scenarios
 
 
 @click.command(context_settings={"max_content_width": 100})
 @click.option("--scenario", default=DEFAULT_SCENARIO, show_default=True,
               help="Rule file in rules/ (name without .yaml). `--list` shows them.")
+@click.option("--broker", "broker_kind", type=click.Choice(list(KINDS)), default=None,
+              help=f"Embedded broker to start [default: {DEFAULT_BROKER}]. See docs/brokers.md.")
+@click.option("--bootstrap", default=None, metavar="HOST:PORT",
+              help="Run against this broker or cluster instead of starting one. The demo creates only "
+                   "its own kproxy-demo-* topics and touches nothing else.")
 @click.option("--guard", is_flag=True, help="Run the proxy in guard mode (refuse hazardous deliveries).")
 @click.option("--seed", default=1, show_default=True, type=int, help="Seed for the workload and the rules.")
 @click.option("--duration", type=float, default=None,
@@ -24,9 +30,10 @@ from kproxy.demo import DEFAULT_SCENARIO, run_demo, scenarios
               help="Where scenario files live (default: the rules/ folder of the source tree).")
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def demo(scenario, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
-    """Start the embedded broker and the proxy with a scenario's rules, run the
-    workload, analyse history and traces, and print what went wrong and why.
+def demo(scenario, broker_kind, bootstrap, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
+    """Start a broker (or use --bootstrap) and the proxy with a scenario's rules,
+    run the workload, analyse history and traces, and print what went wrong
+    and why.
 
     The default scenario is the torn transaction: a stale EndTxn(commit) is
     delivered into the producer's next transaction. With --guard the proxy
@@ -40,6 +47,10 @@ def demo(scenario, guard, seed, duration, out_dir, rules_dir, list_only, no_prog
         for name in available:
             click.echo(name)
         return
+    if broker_kind is not None and bootstrap is not None:
+        raise click.UsageError("--broker starts a broker and --bootstrap names one: give one of them")
+    if bootstrap is not None and not _is_host_port(bootstrap):
+        raise click.BadParameter(f"{bootstrap!r} is not HOST:PORT", param_hint="--bootstrap")
     if scenario not in available:
         raise click.BadParameter(f"unknown scenario; choose one of: {', '.join(available)}", param_hint="--scenario")
     if out_dir is None:
@@ -48,8 +59,15 @@ def demo(scenario, guard, seed, duration, out_dir, rules_dir, list_only, no_prog
         result = run_demo(
             scenario, out_dir, guard=guard, seed=seed, duration=duration, rules_directory=rules_dir,
             say=lambda line: click.echo(line), progress=not no_progress,
+            broker=broker_kind, bootstrap=bootstrap,
         )
     except Exception as exc:  # report, don't dump a trace at a new user
         click.echo(f"demo failed: {exc}", err=True)
         sys.exit(3)
     sys.exit(result.exit_code)
+
+
+def _is_host_port(text: str) -> bool:
+    first = text.split(",")[0]
+    host, sep, port = first.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)

@@ -1,0 +1,107 @@
+"""What every broker kind shares: a child process, its ports, its clean stop."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class BrokerError(RuntimeError):
+    """A broker could not be found, does not run here, or did not come up."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS just handed out; good enough for tests and demos."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    """Return once host:port accepts connections; give up early if `process` exits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            if process is not None and process.poll() is not None:
+                raise BrokerError(f"the process exited with status {process.returncode} before listening on {host}:{port}") from None
+            if time.monotonic() > deadline:
+                raise BrokerError(f"nothing is listening on {host}:{port} after {timeout:.0f}s") from None
+            time.sleep(0.05)
+
+
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 5.0) -> int | None:
+    """Ask a child process to stop with `sig`; kill it if it has not within `timeout`."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+    return process.returncode
+
+
+@dataclass
+class EmbeddedBroker:
+    """A broker process kproxy started, of one kind (see kproxy.brokers.KINDS)."""
+
+    host: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path | None
+    kind: str = "tansu"
+    version: str | None = None
+    # Removed after the process stopped (a broker's temporary storage).
+    scratch_dirs: list[Path] = field(default_factory=list)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        stop_process(self.process, timeout=timeout)
+        for directory in self.scratch_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def launch(
+    kind: str,
+    cmd: list[str],
+    host: str,
+    port: int,
+    *,
+    log_path: Path | None,
+    env: dict[str, str] | None = None,
+    startup_timeout: float,
+    version: str | None = None,
+    scratch_dirs: list[Path] | None = None,
+) -> EmbeddedBroker:
+    """Run `cmd` in its own session, its output to `log_path`, and wait until host:port listens."""
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    finally:
+        if log_path:
+            out.close()  # type: ignore[union-attr]
+    broker = EmbeddedBroker(host, port, proc, log_path, kind, version, list(scratch_dirs or ()))
+    try:
+        wait_for_port(host, port, startup_timeout, proc)
+    except BrokerError as exc:
+        broker.stop()
+        raise BrokerError(f"the {kind} broker did not start on {host}:{port}: {exc} (see {log_path or 'its output'})") from None
+    log.info("%s broker listening on %s:%d", kind, host, port)
+    return broker
