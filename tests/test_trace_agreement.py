@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from kproxy.obs.accounting import account
 from kproxy.obs.trace_files import iter_trace_events
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
 from kproxy.proxy_process import ProxyProcess
@@ -129,6 +130,13 @@ def check_request_response_pairing(events: list[dict]) -> None:
                 f"connection {conn}: request {corrs[first_gap]} unanswered but later ones answered")
 
 
+def check_every_request_has_an_outcome(events: list[dict]) -> None:
+    """A request without response was left in flight by a connection's close, which names it."""
+    accounted = account(events)
+    assert accounted.without_outcome == [], accounted.without_outcome[:5]
+    assert accounted.answered > 0
+
+
 def check_writer_count(run: TracedRun) -> None:
     written = [int(n) for n in WRITTEN_LOG_LINE.findall(run.proxy_log)]
     assert written == [len(run.events)], f"log says {written}, read {len(run.events)} events"
@@ -176,6 +184,7 @@ def test_transactional_history_with_aborts_agrees_with_records_trace(proxy_facto
     assert all(e["txn_client"] is not None and e["producer_id"] is not None for e in txn_produce)
     check_request_response_pairing(run.events)
     check_writer_count(run)
+    check_every_request_has_an_outcome(run.events)
 
 
 def test_headers_level_traces_every_exchange_without_records(proxy_factory, tmp_path: Path) -> None:
@@ -186,7 +195,9 @@ def test_headers_level_traces_every_exchange_without_records(proxy_factory, tmp_
         assert set(event) <= set(FIELD_NAMES)
         assert event["schema_version"] == SCHEMA_VERSION
         assert event.get("partitions") is None, "headers level must not carry records"
-        assert event["direction"] in ("request", "response")
+        assert event["direction"] in ("request", "response", "close")
+        if event["direction"] == "close":
+            continue
         assert event["proxy_id"] and event["conn_id"] >= 0 and event["client_addr"]
         assert event["api"] and event["api_version"] >= 0 and event["size"] > 0
         assert event["outcome"] == "delivered" and event["rule"] is None
@@ -203,3 +214,4 @@ def test_headers_level_traces_every_exchange_without_records(proxy_factory, tmp_
     assert counts["fetch", "response"] > 0 and counts["metadata", "response"] > 0
     check_request_response_pairing(run.events)
     check_writer_count(run)
+    check_every_request_has_an_outcome(run.events)

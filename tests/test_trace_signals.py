@@ -119,7 +119,10 @@ def check_well_formed(events: list[dict]) -> None:
     for event in events:
         assert set(event) <= set(FIELD_NAMES), set(event) - set(FIELD_NAMES)
         assert event["schema_version"] == SCHEMA_VERSION
-        assert event["direction"] in ("request", "response")
+        assert event["direction"] in ("request", "response", "close")
+        if event["direction"] == "close":
+            assert event["close_reason"] and isinstance(event["in_flight"], list)
+            continue
         assert isinstance(event["conn_id"], int) and isinstance(event["correlation_id"], int)
         assert event["api"] and isinstance(event["mono_ns"], int)
 

@@ -43,6 +43,8 @@ _REQUEST_BYTES = metrics.bytes_.labels("request")
 _RESPONSE_BYTES = metrics.bytes_.labels("response")
 # How long a half-closed client waits for its outstanding responses.
 DRAIN_TIMEOUT = 30.0
+# Longest a closing connection waits for room in a full trace queue for its close event.
+CLOSE_TRACE_TIMEOUT = 5.0
 # Responses at least this large (length prefix included) go cut-through when they may.
 CUT_THROUGH_BYTES = 64 * 1024
 # Skipped record bytes at least this many are relayed rather than read into a frame buffer.
@@ -128,6 +130,7 @@ class ClientConnection:
         self.upstream_lock = trio.Lock()
         self.nursery: trio.Nursery | None = None
         self.close_reason = "client_closed"
+        self.close_rule: str | None = None  # the fault rule that cut the connection (close reason fault_disconnect)
         self.closed_on_purpose = False  # close() ran: what the pumps raise after it is its consequence
         self.client_done = False
         self.drained = trio.Event()
@@ -178,6 +181,9 @@ class ClientConnection:
             net.close_quietly(self.client)
             metrics.connections_open.labels("client").dec()
             metrics.connections_closed.labels("client", self.close_reason).inc()
+            if self.proxy.trace is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TRACE_TIMEOUT):
+                    await self.proxy.inspector.trace_close(self, [])
             self.proxy.connection_closed(self)
 
     def _note_close(self, reason: str, message: str) -> None:

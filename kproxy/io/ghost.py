@@ -25,23 +25,41 @@ log = logging.getLogger("kproxy.ghost")
 
 _I32 = struct.Struct(">i")
 ResponseCallback = Callable[[object, bytes], Awaitable[None]]
+# Told the tokens of deliveries a closed link leaves unanswered, and why it closed.
+CloseCallback = Callable[[list[object], str], Awaitable[None]]
+# Longest a closing link waits to report its unanswered deliveries (the trace queue may be full).
+CLOSE_REPORT_TIMEOUT = 5.0
 
 
 class GhostLink:
-    def __init__(self, endpoint: Endpoint, connect_timeout: float, on_response: ResponseCallback) -> None:
+    def __init__(
+        self, endpoint: Endpoint, connect_timeout: float, on_response: ResponseCallback, on_close: CloseCallback
+    ) -> None:
         self.endpoint = endpoint
         self.connect_timeout = connect_timeout
         self.on_response = on_response
+        self.on_close = on_close
         self.sock: trio.socket.SocketType | None = None
         self.lock = trio.Lock()
         self.pending: dict[int, object] = {}
         self._ids = itertools.count(1_000_000_000)
 
     async def send(self, nursery: trio.Nursery, frame: bytes, token: object, expects_response: bool = True) -> int:
-        """Send a request frame under a fresh correlation id; returns that id."""
+        """Send a request frame under a fresh correlation id; returns that id.
+
+        A delivery that expects a response ends in exactly one call: on_response
+        with its answer, or on_close when the link fails first (this call then raises).
+        """
         async with self.lock:
             if self.sock is None:
-                self.sock = await net.connect(self.endpoint.host, self.endpoint.port, self.connect_timeout)
+                try:
+                    self.sock = await net.connect(self.endpoint.host, self.endpoint.port, self.connect_timeout)
+                except BaseException as exc:  # unreachable, or cancelled at shutdown: the delivery is lost
+                    if expects_response:
+                        reason = "proxy_shutdown" if isinstance(exc, trio.Cancelled) else "upstream_unreachable"
+                        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_REPORT_TIMEOUT):
+                            await self.on_close([token], reason)
+                    raise
                 metrics.connections_opened.labels("upstream").inc()
                 metrics.connections_open.labels("upstream").inc()
                 nursery.start_soon(self._read, self.sock)
@@ -53,21 +71,30 @@ class GhostLink:
             try:
                 await net.send_all(self.sock, bytes(data))
             except OSError as exc:
-                self.pending.pop(corr, None)
-                self._reset()
+                # This delivery and every one still awaiting an answer on the
+                # link are lost with it (reported by _close).
+                await self._close(self.sock, "upstream_closed")
                 raise OSError(f"ghost delivery to {self.endpoint} failed: {exc}") from exc
             metrics.ghost_deliveries.inc()
             return corr
 
-    def _reset(self) -> None:
-        if self.sock is not None:
-            net.close_quietly(self.sock)
-            self.sock = None
-            metrics.connections_open.labels("upstream").dec()
-            metrics.connections_closed.labels("upstream", "upstream_closed").inc()
+    async def _close(self, sock: trio.socket.SocketType, reason: str) -> None:
+        """Close the link's socket (once) and report the deliveries it leaves unanswered."""
+        if self.sock is not sock:
+            return  # already closed, and a newer socket may have taken its place
+        self.sock = None
+        net.close_quietly(sock)
+        metrics.connections_open.labels("upstream").dec()
+        metrics.connections_closed.labels("upstream", reason).inc()
+        lost = list(self.pending.values())
+        self.pending.clear()
+        if lost:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_REPORT_TIMEOUT):
+                await self.on_close(lost, reason)
 
     async def _read(self, sock: trio.socket.SocketType) -> None:
         frames = FrameBuffer()
+        reason = "upstream_closed"
         try:
             while True:
                 data = await sock.recv(net.RECV_BYTES)
@@ -80,9 +107,11 @@ class GhostLink:
                     token = self.pending.pop(corr, None)
                     if token is not None:
                         await self.on_response(token, block[start:end])
-        except (OSError, FrameError) as exc:
+        # ClosedResourceError: a failed send closed the socket under this read.
+        except (OSError, FrameError, trio.ClosedResourceError) as exc:
             log.info("ghost connection to %s ended: %s", self.endpoint, exc)
+        except trio.Cancelled:
+            reason = "proxy_shutdown"
+            raise
         finally:
-            if self.sock is sock:
-                self._reset()
-            self.pending.clear()
+            await self._close(sock, reason)

@@ -24,6 +24,7 @@ from kproxy.faults import decisions as d
 from kproxy.faults.view import RequestView
 from kproxy.io.exchange import Exchange
 from kproxy.obs import metrics
+from kproxy.obs.trace_schema import FIELD_NAMES
 from kproxy.protocol import apis
 from kproxy.protocol import response_rewrite as rr
 from kproxy.protocol.codec import (
@@ -246,6 +247,8 @@ class Inspector:
     @staticmethod
     def _disconnect(conn: ClientConnection, decision: Any, moment: str) -> None:
         reason = f"fault rule {decision.rule_id!r} disconnected the {decision.side} side {moment}"
+        if not conn.closed_on_purpose:
+            conn.close_rule = decision.rule_id  # the close event names the rule that cut the connection
         if decision.side == "upstream":
             conn.drop_upstream(reason)
         else:
@@ -403,11 +406,20 @@ class Inspector:
         try:
             await link.send(self.proxy.nursery, ghost.frame, (conn, ghost), ghost.expects_response)
         except (OSError, trio.TooSlowError) as exc:
-            metrics.pending_requests.labels("ghost").dec()
+            if not ghost.expects_response:  # else the link reported it lost (on_ghost_link_closed)
+                metrics.pending_requests.labels("ghost").dec()
             log.warning("ghost delivery of %s failed: %s", apis.api_name(ex.api_key), exc)
             return
         if not ghost.expects_response:
             metrics.pending_requests.labels("ghost").dec()
+
+    async def on_ghost_link_closed(self, node_id: int, tokens: list[Any], reason: str) -> None:
+        """A ghost link closed with deliveries unanswered: account for them (gauge, trace)."""
+        metrics.pending_requests.labels("ghost").dec(len(tokens))
+        if self.proxy.trace is None:
+            return
+        entries = [_in_flight_entry(conn.conn_id, ghost, "awaiting_broker") for conn, ghost in tokens]
+        await self.proxy.emit_trace(self._close_event(None, node_id, reason, None, entries))
 
     async def on_ghost_response(self, token: Any, frame: bytes) -> None:
         conn, ghost = token
@@ -608,6 +620,39 @@ class Inspector:
                 event["partitions"] = views.fetch_response_partitions(decoded, proxy.topic_names)
         await proxy.emit_trace(event)
 
+    async def trace_close(self, conn: ClientConnection, unsent: list[Exchange]) -> None:
+        """The connection-close event: why it closed, and every request the client had no answer to.
+
+        `unsent` are requests read from the client but never forwarded (the
+        broker could not be reached). Every other one is in `conn.order`.
+        """
+        in_flight = conn.in_flight
+        entries = [_in_flight_entry(conn.conn_id, ex, "not_sent") for ex in unsent]
+        for ex in conn.order:
+            entries.append(_in_flight_entry(conn.conn_id, ex, _in_flight_state(ex, in_flight)))
+        rule = conn.close_rule if conn.close_reason == "fault_disconnect" else None
+        await self.proxy.emit_trace(self._close_event(conn, conn.node_id, conn.close_reason, rule, entries))
+
+    def _close_event(
+        self, conn: ClientConnection | None, node_id: int, reason: str, rule: str | None, entries: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        proxy = self.proxy
+        event = dict.fromkeys(_EVENT_FIELDS)
+        event.update(
+            wall_time=proxy.wall_clock(),
+            mono_ns=proxy.mono_ns(),
+            proxy_id=proxy.config.proxy_id,
+            conn_id=conn.conn_id if conn is not None else -1,
+            client_addr=conn.client_addr if conn is not None else None,
+            broker_id=node_id,
+            direction="close",
+            rule=rule,
+            action="disconnect" if rule is not None else None,
+            close_reason=reason,
+            in_flight=entries,
+        )
+        return event
+
     # Events for the fast path are handed to the trace writer as a tuple
     # (builder, args...) and built on its thread: the data path pays for a
     # tuple, not for a 30-field dict and an error-code walk. Everything the
@@ -715,6 +760,34 @@ class Inspector:
             "copy": ex.copy,
             "partitions": None,
         }
+
+
+_EVENT_FIELDS = tuple(f for f in FIELD_NAMES if f not in ("schema_version",))
+
+
+def _in_flight_state(ex: Exchange, in_flight: dict[int, Exchange]) -> str:
+    """Where an unanswered request was when its connection closed (docs/traces.md, close events)."""
+    if ex.response is not None:
+        return "response_dropped" if ex.suppress_response else "response_unsent"
+    if in_flight.get(ex.correlation_id) is ex:
+        return "awaiting_broker"
+    if ex.outcome in ("delayed", "held", "dropped") and not ex.sent:
+        return ex.outcome
+    # Sent, and no longer awaited from the broker: its response was on its way to the client
+    # (cut-through, or a response rule's delay) when the connection closed.
+    return "responding" if ex.sent else "not_sent"
+
+
+def _in_flight_entry(conn_id: int, ex: Exchange, state: str) -> dict[str, Any]:
+    return {
+        "conn_id": conn_id,
+        "correlation_id": ex.correlation_id,
+        "copy": ex.copy,
+        "api": apis.api_name(ex.api_key),
+        "api_key": ex.api_key,
+        "api_version": ex.api_version,
+        "state": state,
+    }
 
 
 def _ghost_copy(ex: Exchange, copy: int) -> Exchange:

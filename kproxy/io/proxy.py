@@ -8,6 +8,7 @@ any response that names it).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import socket
@@ -149,7 +150,12 @@ class Proxy:
     def ghost_link(self, node_id: int) -> GhostLink:
         link = self.ghost_links.get(node_id)
         if link is None:
-            link = GhostLink(self._upstream_for(node_id), self.config.connect_timeout, self.inspector.on_ghost_response)
+            link = GhostLink(
+                self._upstream_for(node_id),
+                self.config.connect_timeout,
+                self.inspector.on_ghost_response,
+                functools.partial(self.inspector.on_ghost_link_closed, node_id),
+            )
             self.ghost_links[node_id] = link
         return link
 

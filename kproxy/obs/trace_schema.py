@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,17 @@ PARTITION = (
     Field("records", ("array", ("struct", RECORD)), "records, decompressed, with absolute offsets where known"),
 )
 
+IN_FLIGHT = (
+    Field("conn_id", "long", "connection the request arrived on (a ghost link's entries name their client's)"),
+    Field("correlation_id", "int", "the client's correlation id"),
+    Field("copy", "int", "0 for the original; 1..n for a duplicate copy on a ghost link"),
+    Field("api", "string", "API name"),
+    Field("api_key", "int", "API key"),
+    Field("api_version", "int", "API version"),
+    Field("state", "string", "where the request was: not_sent, delayed, held, dropped, awaiting_broker, responding, "
+          "response_unsent, response_dropped (docs/traces.md)"),
+)
+
 EVENT = (
     Field("schema_version", "int", "SCHEMA_VERSION of the writer"),
     Field("wall_time", "double", "Unix time in seconds when the event happened"),
@@ -62,7 +73,7 @@ EVENT = (
     Field("conn_id", "long", "client connection id, unique within a proxy instance; ghost deliveries use their own"),
     Field("client_addr", "string", "client host:port"),
     Field("broker_id", "int", "upstream broker node id the connection is bound to (-1: bootstrap)"),
-    Field("direction", "string", "'request' (client to broker) or 'response' (broker to client)"),
+    Field("direction", "string", "'request' (client to broker), 'response' (broker to client) or 'close' (the connection closed)"),
     Field("api", "string", "API name, e.g. produce, fetch, end_txn"),
     Field("api_key", "int", "API key"),
     Field("api_version", "int", "API version"),
@@ -85,6 +96,8 @@ EVENT = (
     Field("outcome", "string", "delivered, delayed, held, duplicated, dropped, answered (by the proxy), refused (guard), ghost, rewritten"),
     Field("copy", "int", "0 for the original; 1..n for duplicates delivered by the proxy"),
     Field("partitions", ("array", ("struct", PARTITION)), "level 'records': per-partition records and offsets; else null"),
+    Field("close_reason", "string", "close events: why the connection closed (see docs/traces.md); else null"),
+    Field("in_flight", ("array", ("struct", IN_FLIGHT)), "close events: requests the client had no answer to when it closed; else null"),
 )
 
 FIELD_NAMES = tuple(f.name for f in EVENT)
