@@ -267,6 +267,7 @@ class Inspector:
             return
         response = error_response(ex.api_key, ex.api_version, request, error_code)
         ex.response = encode_response(response, ex.correlation_id)
+        metrics.frames.labels(apis.api_name(ex.api_key), "response", "proxy").inc()
         await self._trace_request(conn, ex)
         await self._trace_response(conn, ex, len(ex.response) - 4, [error_code], None)
         await conn.flush_responses()
@@ -392,6 +393,8 @@ class Inspector:
     async def ghost_deliver(self, conn: ClientConnection, ex: Exchange, copy: int) -> None:
         """Deliver over the proxy's own connection; the response is traced and dropped."""
         ghost = _ghost_copy(ex, copy)
+        if copy:  # a copy is a frame of the proxy's own; a held request (copy 0) was counted on arrival
+            metrics.frames.labels(apis.api_name(ex.api_key), "request", "ghost").inc()
         if self.proxy.config.guard and ghost.txn:
             hazard = self._guard_refuses(ghost)
             if hazard is not None:
@@ -424,6 +427,7 @@ class Inspector:
     async def on_ghost_response(self, token: Any, frame: bytes) -> None:
         conn, ghost = token
         metrics.pending_requests.labels("ghost").dec()
+        metrics.frames.labels(apis.api_name(ghost.api_key), "response", "ghost").inc()
         now = self.proxy.clock()
         decoded, codes = self._decode_response_for_facts(ghost, frame)
         self._learn_from_response(ghost, decoded)

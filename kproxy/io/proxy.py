@@ -86,12 +86,12 @@ class Proxy:
         return next(self._conn_ids)
 
     def request_counter(self, api_key: int) -> Any:
-        counter = metrics.frames.labels(apis.api_name(api_key), "request")
+        counter = metrics.frames.labels(apis.api_name(api_key), "request", "client")
         self.request_frame_counters[api_key] = counter
         return counter
 
     def response_counter(self, api_key: int) -> Any:
-        counter = metrics.frames.labels(apis.api_name(api_key), "response")
+        counter = metrics.frames.labels(apis.api_name(api_key), "response", "broker")
         self.response_frame_counters[api_key] = counter
         return counter
 

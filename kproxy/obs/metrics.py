@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 DIRECTIONS = ("request", "response")
+# Where a frame came from, per direction (kproxy_frames_total's source label).
+FRAME_SOURCES = {"request": ("client", "ghost"), "response": ("broker", "proxy", "ghost")}
 SIDES = ("client", "upstream")
 PENDING_STATES = ("in_flight", "delayed", "held", "ghost")
 HAZARD_KINDS = ("stale_end_txn", "late_produce", "fenced")
@@ -56,8 +58,11 @@ LATENCY_BUCKETS = (
 
 frames = Counter(
     "kproxy_frames_total",
-    "Kafka frames that crossed the proxy, by API and direction (request or response).",
-    ["api", "direction"],
+    "Kafka frames that crossed the proxy, by API, direction (request or response) and source: client (requests "
+    "from clients), broker (the broker's responses to them), proxy (responses the proxy made itself: respond "
+    "rules, guard refusals), ghost (copies the proxy delivered on its own connection, and their responses). "
+    "Counts what the trace counts (docs/observability.md).",
+    ["api", "direction", "source"],
     registry=REGISTRY,
 )
 bytes_ = Counter(
@@ -209,7 +214,8 @@ def initialise_label_sets() -> None:
     for direction in DIRECTIONS:
         bytes_.labels(direction)
         for api in EVERYDAY_APIS:
-            frames.labels(api, direction)
+            for source in FRAME_SOURCES[direction]:
+                frames.labels(api, direction, source)
     for api in EVERYDAY_APIS:
         client_latency.labels(api)
         upstream_latency.labels(api)
