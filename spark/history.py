@@ -59,6 +59,20 @@ def load_history(spark: SparkSession, path: str) -> DataFrame:
     )
 
 
+def _integer_key(text: Column) -> Column:
+    """The key as a long; a key that is not an integer fails the job.
+
+    A null would silently drop the key's micro-ops from every check, and an
+    aborted read on it would come out VALID. `kproxy analyze` refuses such a
+    local history before Spark starts; this guards histories Spark opens
+    itself (URLs, spark-submit).
+    """
+    key = text.try_cast("long")
+    return F.when(key.isNull() & text.isNotNull(), F.raise_error(
+        F.concat(F.lit("history key is not an integer (kproxy history import numbers named keys): "), text)
+    )).otherwise(key)
+
+
 def flatten_mops(ops: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
     """One row per send micro-op and per polled record.
 
@@ -85,7 +99,7 @@ def flatten_mops(ops: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
     is_pair = F.trim(send_arg).startswith("[")
     sends = sends.select(
         *base,
-        F.get(sends["parts"], 1).try_cast("long").alias("key"),
+        _integer_key(F.get(sends["parts"], 1)).alias("key"),
         F.when(is_pair, F.get(pair, 0)).alias("offset"),
         F.when(is_pair, F.get(pair, 1)).otherwise(send_arg.try_cast("long")).alias("value"),
         F.lit(0).alias("pos"),
@@ -94,7 +108,7 @@ def flatten_mops(ops: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
     polls = (
         mops.where((F.col("mop") == "poll") & (F.size("parts") > 1))
         .select(*base, F.explode(F.from_json(F.get("parts", 1), _POLL_MAP)).alias("key_text", "pairs"))
-        .select(*base, F.col("key_text").try_cast("long").alias("key"), F.posexplode("pairs").alias("pos", "pair"))
+        .select(*base, _integer_key(F.col("key_text")).alias("key"), F.posexplode("pairs").alias("pos", "pair"))
         .select(
             *base,
             "key",

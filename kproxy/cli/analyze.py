@@ -13,7 +13,8 @@ EPILOG = """\b
 Exit codes:
   0  valid: no anomaly that counts as an error
   1  invalid: at least one error anomaly (see report.json "errors")
-  2  usage or input error (missing or unreadable history / traces)
+  2  usage or input error (missing or unreadable history / traces;
+     a history line that breaks the format: FILE:LINE: message)
   3  internal error (Spark or the analysis failed)
   4  unknown: nothing could be judged, or writes are unseen and the
      history has no final reads
@@ -23,6 +24,31 @@ Examples:
   kproxy analyze --history run/history.jsonl --traces run/traces --out run/report
   kproxy analyze --history jepsen.jsonl --out report --master spark://host:7077
 """
+
+
+def _unreadable_history(history: str) -> str | None:
+    """What makes a local history unreadable, as `FILE:LINE: message`, or None.
+
+    The same rules as `kproxy history validate`, checked before Spark starts:
+    Spark reads a history leniently (a line it cannot parse is dropped, a key
+    that is not an integer becomes null), so a history it misread could come
+    out VALID. A URL (hdfs://, s3a://) is Spark's to open and is not checked
+    here. Named keys (Jepsen's `:x` or "a") are refused with the way to
+    number them: `kproxy history import`.
+    """
+    from pathlib import Path
+
+    from kproxy.workload.history import HistoryFormatError, validate_history
+
+    if "://" in history or not Path(history).is_file():
+        return None  # a missing file is reported by the analysis as `history not found`
+    try:
+        validate_history(history)
+    except HistoryFormatError as exc:
+        return f"{exc} (kproxy history validate checks the same; docs/history.md)"
+    except OSError as exc:
+        return f"{history}: cannot read: {exc.strerror or exc}"
+    return None
 
 
 @click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -60,6 +86,10 @@ def analyze(history: str, traces: str | None, out: str, master: str, isolation: 
         if not quiet:
             click.echo(f"[analyze] {message}", err=True)
 
+    problem = _unreadable_history(history)
+    if problem is not None:
+        click.echo(f"error: {problem}", err=True)
+        sys.exit(EXIT_USAGE)
     try:
         from spark.jobs import InputError, analyze as run_analysis
         from spark.report import format_summary, exit_code

@@ -65,7 +65,13 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+_NAMED_KEYS = ("keys are integers; a history with named keys (Jepsen's :x or \"a\") is numbered by "
+               "`kproxy history import`")
+
+
 def _check_send(mop: list[Any], invoke: bool) -> str | None:
+    if len(mop) == 3 and isinstance(mop[1], str):
+        return f"send micro-op key {mop[1]!r} is not an integer: {_NAMED_KEYS}"
     if len(mop) != 3 or not _is_int(mop[1]):
         return f"send micro-op must be [\"send\", key, value], got {mop!r}"
     v = mop[2]
@@ -84,8 +90,8 @@ def _check_poll(mop: list[Any], invoke: bool) -> str | None:
     if invoke or len(mop) != 2 or not isinstance(mop[1], dict):
         return f"poll micro-op must be [\"poll\"] (invoke) or [\"poll\", {{key: [[offset, value], ...]}}], got {mop!r}"
     for key, records in mop[1].items():
-        if not (isinstance(key, str) and key.lstrip("-").isdigit()):
-            return f"poll keys are the decimal text of integer keys, got {key!r}"
+        if not (isinstance(key, str) and key.lstrip("-").isascii() and key.lstrip("-").isdigit()):
+            return f"poll keys are the decimal text of integer keys, got {key!r}: {_NAMED_KEYS}"
         if not isinstance(records, list):
             return f"poll records of key {key} must be a list, got {records!r}"
         for rec in records:
@@ -121,7 +127,7 @@ def check_value(f: str, type_: str, value: Any) -> str | None:
         return check_micro_ops(value, type_ == "invoke", f)
     if f in ("assign", "subscribe"):
         if not isinstance(value, list) or not all(_is_int(k) for k in value):
-            return f"{f} value must be a list of integer keys, got {value!r}"
+            return f"{f} value must be a list of integer keys, got {value!r}: {_NAMED_KEYS}"
         return None
     if f == "crash":
         return None if value is None else f"crash value must be null, got {value!r}"
@@ -271,16 +277,18 @@ def validate_history(path: str | Path) -> HistoryStats:
     naming file:line of the first problem.
     """
     path = Path(path)
+    with open(path, "rb") as fh:  # read line by line: a history may be larger than memory
+        return _validate_lines(path, fh)
+
+
+def _validate_lines(path: Path, fh: BinaryIO) -> HistoryStats:
     open_invokes: dict[int, Op] = {}
     processes: set[int] = set()
     keys: set[int] = set()
     by_type = dict.fromkeys(TYPES, 0)
     last_time = 0
     count = 0
-    lineno = 0
-    with open(path, "rb") as fh:
-        lines = [ln for ln in enumerate(fh, 1)]
-    for lineno, line in lines:
+    for lineno, line in enumerate(fh, 1):
         if not line.strip():
             continue
         try:
