@@ -12,6 +12,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from kproxy.workload.clients import client_factory
+from kproxy.workload.clients.base import ClientFactory
 from kproxy.workload.config import WorkloadConfig
 from kproxy.workload.final_reads import final_reads
 from kproxy.workload.history import HistoryWriter, validate_history
@@ -44,6 +45,38 @@ def run_workload(config: WorkloadConfig, history_path: str | Path, progress: boo
     started = time.monotonic()
     history_path = Path(history_path)
     factory = client_factory(config.client, config.bootstrap, config.producer_config, config.consumer_config)
+    try:
+        result = _run(config, factory, history_path, progress)
+    finally:
+        close = getattr(factory, "close", None)  # a client with a helper process (java) ends it
+        if close is not None:
+            close()
+    stats = validate_history(history_path)  # a run must never leave a history the analysis rejects
+    if not result.caught_up:
+        log.warning("final reads did not catch up on keys %s", list(result.lagging))
+    return WorkloadSummary(
+        history_path=history_path,
+        client=config.client,
+        invocations=result.invocations,
+        completions={t: n for t, n in stats.by_type.items() if t != "invoke"},
+        processes=stats.processes,
+        keys=len(result.keys),
+        final_reads_caught_up=result.caught_up,
+        lagging_keys=result.lagging,
+        elapsed=time.monotonic() - started,
+    )
+
+
+@dataclass(frozen=True)
+class _Ran:
+    invocations: int
+    keys: tuple[int, ...]
+    caught_up: bool
+    lagging: tuple[int, ...]
+
+
+def _run(config: WorkloadConfig, factory: ClientFactory, history_path: Path, progress: bool) -> _Ran:
+    started = time.monotonic()
     offsets = OffsetTracker()
     with HistoryWriter(history_path) as history:
         keys = KeySpace(
@@ -85,17 +118,4 @@ def run_workload(config: WorkloadConfig, history_path: str | Path, progress: boo
             raise WorkloadError(f"the workload stopped: {failed}") from failed
         used = [p for w in workers for p in w.processes_used]
         result = final_reads(config, factory, keys, dict(offsets.highest), history, max(used) + 1)
-    stats = validate_history(history_path)  # a run must never leave a history the analysis rejects
-    if not result.caught_up:
-        log.warning("final reads did not catch up on keys %s", list(result.lagging))
-    return WorkloadSummary(
-        history_path=history_path,
-        client=config.client,
-        invocations=started_ops["ops"],
-        completions={t: n for t, n in stats.by_type.items() if t != "invoke"},
-        processes=stats.processes,
-        keys=len(result.keys),
-        final_reads_caught_up=result.caught_up,
-        lagging_keys=result.lagging,
-        elapsed=time.monotonic() - started,
-    )
+    return _Ran(started_ops["ops"], result.keys, result.caught_up, result.lagging)

@@ -18,4 +18,8 @@ def client_factory(name: str, bootstrap: str, producer_overrides: Mapping[str, s
         from kproxy.workload.clients.kafka_python import KafkaPythonFactory
 
         return KafkaPythonFactory(bootstrap, producer_overrides, consumer_overrides)
-    raise ValueError(f"unknown client {name!r} (confluent-kafka or kafka-python)")
+    if name == "java":
+        from kproxy.workload.clients.java import JavaFactory
+
+        return JavaFactory(bootstrap, producer_overrides, consumer_overrides)
+    raise ValueError(f"unknown client {name!r} (confluent-kafka, kafka-python or java)")
