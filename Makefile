@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install system-packages bench
+.PHONY: demo test install system-packages kafka-jars bench
 
 $(BIN)/kproxy: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,6 +18,10 @@ install: $(BIN)/kproxy
 system-packages:
 	scripts/install-system-packages.sh
 
+# Apache Kafka's broker and Java client jars (Maven Central, cached per machine under ~/.cache/kproxy/kafka).
+kafka-jars: install system-packages
+	$(BIN)/python -m kproxy.kafka.jars
+
 # Exit status 1 means the analysis found anomalies: the demo worked.
 demo: install
 	$(BIN)/kproxy demo $(ARGS) || [ $$? -eq 1 ]
@@ -25,5 +29,5 @@ demo: install
 bench: install
 	$(BIN)/kproxy bench $(ARGS)
 
-test: install system-packages
+test: install system-packages kafka-jars
 	scripts/run-tests.sh $(ARGS)

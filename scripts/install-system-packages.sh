@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Debian packages the tests use: kcat (a third real client), prometheus
 # (the dashboards are checked against a real Prometheus) and haproxy (the
-# benchmark's reference proxy). Java 17 for Spark is expected on the machine;
-# it is installed too if missing.
+# benchmark's reference proxy). A JDK 17 (Spark; Apache Kafka and the javac
+# that builds the Java client's bridge) and Maven (fetches Kafka's jars from
+# Maven Central) are expected on the machine; they are installed if missing.
 set -euo pipefail
 need=()
 command -v kcat >/dev/null || need+=(kcat)
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v haproxy >/dev/null || need+=(haproxy)
-command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || need+=(maven)
 [ ${#need[@]} -eq 0 ] && exit 0
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -298,3 +298,24 @@ def client_jars(version: str, kafka_home: Path | None = None, say: Say = lambda 
     if kafka_home is not None:
         return from_home(kafka_home, None)
     return resolve(version, "client", say)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kproxy.kafka.jars [VERSION ...]`: fetch the broker's and the Java client's jars ahead of use."""
+    import sys
+
+    versions = (sys.argv[1:] if argv is None else argv) or [DEFAULT_VERSION]
+    try:
+        for version in versions:
+            preflight(version=version)
+            for part in ("broker", "client"):
+                found = resolve(version, part, say=lambda text: print(text, file=sys.stderr, flush=True))
+                print(f"kafka {version} {part}: {found.source}", file=sys.stderr)
+    except KafkaSetupError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

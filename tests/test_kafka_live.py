@@ -1,0 +1,135 @@
+"""Apache Kafka itself behind the proxy: the torn transaction with and without KIP-890 part 2.
+
+One single-node Kafka (the default version, transaction.version=2) serves
+every test here. librdkafka has no KIP-890 support: its stale EndTxn commits
+the next transaction halfway (KAFKA-17754). Kafka's Java client speaks
+transaction version 2, so the broker bumps the epoch at every EndTxn and
+fences the stale copy. Both facts are read from the wire (a records-level
+trace), not from what the clients believe.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kproxy.kafka.kraft import KafkaCluster
+from kproxy.proxy_process import running_proxy
+from kproxy.workload.clients.java import JavaFactory
+from kproxy.workload.config import WorkloadConfig
+from kproxy.workload.history import validate_history
+from kproxy.workload.runner import run_workload
+from tests.fixtures.broker import create_topic
+from tests.scenario_clients import fates, hazards, read_partition, send, trace_events, transactional_producer, wire_log
+
+RULES = str(Path(__file__).parent.parent / "rules" / "torn-transaction.yaml")
+RULE_ID = "stale-commit-into-next-txn"
+GAP_S = 0.5
+PRODUCER_FENCED = 90
+ATTEMPTS = 3
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _confluent_two_transactions(bootstrap: str, topic: str) -> None:
+    producer = transactional_producer(bootstrap)
+    producer.begin_transaction()
+    assert all(d.ok for d in send(producer, topic, ["t1-a", "t1-b"]))
+    producer.commit_transaction(10)
+    producer.begin_transaction()
+    send(producer, topic, ["t2-early"])
+    time.sleep(GAP_S)
+    send(producer, topic, ["t2-late"])  # refused when the stale commit already ended transaction 2
+    try:
+        producer.abort_transaction(10)
+    except Exception:
+        pass  # the broker no longer has the transaction the client aborts
+
+
+def _java_two_transactions(bootstrap: str, topic: str) -> None:
+    factory = JavaFactory(bootstrap, {}, {})
+    try:
+        producer = factory.producer(f"java-{topic}", f"tx-{topic}")
+        producer.init_transactions(10)
+
+        def sent(value: str) -> None:
+            delivery = producer.send(topic, 0, b"k", value.encode())
+            producer.flush(10)
+            assert delivery.done and delivery.failure is None, (value, delivery.failure)
+
+        producer.begin_transaction()
+        sent("t1-a")
+        sent("t1-b")
+        producer.commit_transaction(10)
+        producer.begin_transaction()
+        sent("t2-early")
+        time.sleep(GAP_S)
+        sent("t2-late")
+        producer.abort_transaction(10)
+        producer.close(True, 5)
+    finally:
+        factory.close()
+
+
+def _run(kafka: KafkaCluster, tmp_path: Path, client, *extra: str):
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    traces = tmp_path / topic
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    create_topic(kafka.bootstrap, topic)
+    with running_proxy(kafka.bootstrap, "--rules", RULES, "--traces", str(traces), "--trace-level", "records",
+                       *extra, log_path=tmp_path / f"{topic}.log") as proxy:
+        client(proxy.bootstrap, topic)
+        read_partition(proxy.bootstrap, topic, want=3)  # the Fetch responses carry the markers into the trace
+        seen = hazards(proxy)
+    events = trace_events(traces)
+    (copy,) = [e for e in events if e["api"] == "end_txn" and e["direction"] == "request" and e["copy"] == 1]
+    replies = [e for e in events if e["api"] == "end_txn" and e["direction"] == "response" and e["copy"] == 1]
+    return seen, fates(wire_log(events, topic)), copy, replies
+
+
+def test_librdkafka_transaction_is_torn_on_kafka(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    for attempt in range(ATTEMPTS):
+        seen, fate, copy, replies = _run(kafka_cluster, tmp_path / str(attempt), _confluent_two_transactions)
+        if fate.get("t2-early") is not None:
+            break  # otherwise the copy reached the broker before transaction 2's first record: run again
+    assert seen["stale_end_txn"] == 1
+    assert (copy["txn_client"], copy["txn_broker"], copy["rule"]) == (1, 2, RULE_ID)
+    # Kafka accepted the stale commit: transaction 2's first record is committed though the client aborted.
+    assert [r["error_code"] for r in replies] == [0]
+    assert fate["t1-a"] == fate["t1-b"] == "commit"
+    assert fate["t2-early"] == "commit"
+    assert fate.get("t2-late") != "commit"
+
+
+def test_guard_keeps_librdkafka_transaction_whole_on_kafka(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    seen, fate, copy, replies = _run(kafka_cluster, tmp_path, _confluent_two_transactions, "--guard")
+    assert copy["outcome"] == "refused" and not replies
+    assert fate["t1-a"] == fate["t1-b"] == "commit"
+    assert fate["t2-early"] == fate["t2-late"] == "abort"
+
+
+def test_transaction_version_2_fences_the_stale_commit(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    assert kafka_cluster.transaction_version == 2
+    seen, fate, copy, replies = _run(kafka_cluster, tmp_path, _java_two_transactions)
+    # The copy still reached the broker, which refused it: the epoch moved on at the first commit.
+    assert copy["rule"] == RULE_ID and copy["outcome"] == "ghost"
+    assert [r["error_code"] for r in replies] == [PRODUCER_FENCED]
+    assert seen["stale_end_txn"] == 0 and seen["fenced"] == 1
+    assert fate == {"t1-a": "commit", "t1-b": "commit", "t2-early": "abort", "t2-late": "abort"}
+
+
+def test_java_client_workload_through_the_proxy(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+    history = tmp_path / "history.jsonl"
+    with running_proxy(kafka_cluster.bootstrap, log_path=tmp_path / "kproxy.log") as proxy:
+        summary = run_workload(WorkloadConfig(bootstrap=proxy.bootstrap, client="java", txn=True,
+                                              abort_probability=0.3, ops=60, duration=None, seed=3,
+                                              crash_probability=0.05), history, progress=False)
+    stats = validate_history(history)
+    assert summary.final_reads_caught_up
+    assert summary.completions.get("ok", 0) >= 30
+    assert stats.by_type["invoke"] >= 60
+    text = history.read_text()
+    assert '"f":"txn"' in text and '"type":"fail","f":"txn"' in text  # committed and aborted transactions
