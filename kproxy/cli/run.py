@@ -68,6 +68,25 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
               help="When the trace writer falls behind: block (slow the proxy, lose nothing) or drop (count drops).")
 @click.option("--trace-rotate-mb", type=int, default=256, show_default=True, help="Rotate trace files at this size.")
 @click.option("--trace-rotate-s", type=float, default=3600.0, show_default=True, help="Rotate trace files at this age.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="PEM certificate (chain) every client listener presents: clients then connect with TLS. "
+                   "Needs --tls-key. Without it the listeners speak plaintext.")
+@click.option("--tls-key", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="PEM private key of --tls-cert.")
+@click.option("--tls-client-ca", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Require client certificates signed by a CA in this PEM bundle (mutual TLS towards clients).")
+@click.option("--upstream-tls", is_flag=True,
+              help="Connect to brokers with TLS, verifying each broker's certificate against the name it "
+                   "advertises (also sent as SNI).")
+@click.option("--upstream-ca", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="PEM CA bundle that brokers' certificates must chain to (default: the system's CAs).")
+@click.option("--upstream-cert", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="PEM client certificate for brokers that require mutual TLS (with --upstream-key).")
+@click.option("--upstream-key", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="PEM private key of --upstream-cert.")
+@click.option("--upstream-skip-hostname-check", is_flag=True,
+              help="Accept a broker certificate that does not name the broker (the chain is still verified). "
+                   "For test clusters only.")
 @click.option("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES, show_default=True,
               help="Close a connection that announces a larger frame (Kafka's socket.request.max.bytes).")
 @click.option("--connect-timeout", type=float, default=10.0, show_default=True,
@@ -80,8 +99,9 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file, generate_admin_token, no_admin,
         rules_path, seed, guard, fetch_leader_hints,
         traces_dir,  # noqa: ANN001
-        trace_level, trace_format, trace_on_full, trace_rotate_mb, trace_rotate_s, max_frame_bytes,
-        connect_timeout, proxy_id, log_level, log_format) -> None:
+        trace_level, trace_format, trace_on_full, trace_rotate_mb, trace_rotate_s,
+        tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, upstream_cert, upstream_key,
+        upstream_skip_hostname_check, max_frame_bytes, connect_timeout, proxy_id, log_level, log_format) -> None:
     """Run the proxy between Kafka clients and a Kafka cluster.
 
     Clients bootstrap at --listen. Every response that names a broker is
@@ -93,6 +113,10 @@ def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file,
 
     setup_logging(log_level, log_format)
     admin_token = None if no_admin else _admin_token(admin, admin_token_file, generate_admin_token)
+    client_tls, upstream_tls_settings = _tls_settings(
+        tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, upstream_cert, upstream_key,
+        upstream_skip_hostname_check,
+    )
     config = ProxyConfig(
         upstreams=upstreams,
         listen=listen,
@@ -112,6 +136,8 @@ def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file,
         trace_on_full=trace_on_full,
         trace_rotate_bytes=trace_rotate_mb * 1024 * 1024,
         trace_rotate_seconds=trace_rotate_s,
+        client_tls=client_tls,
+        upstream_tls=upstream_tls_settings,
     )
     if proxy_id:
         config.proxy_id = proxy_id
@@ -142,3 +168,31 @@ def _admin_token(admin, token_file: Path | None, generate: bool) -> str | None: 
     except (AdminTokenError, AdminExposureError) as exc:
         raise click.ClickException(str(exc)) from None
     return token
+
+
+def _tls_settings(tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, upstream_cert, upstream_key,  # noqa: ANN001, ANN202
+                  skip_hostname_check):
+    """TLS contexts for both sides, or a clear refusal naming the option or file, before anything starts."""
+    from kproxy.io import tls
+
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together: the listeners' certificate and its private key")
+    if tls_client_ca is not None and tls_cert is None:
+        raise click.UsageError("--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked for over TLS")
+    upstream_files = {"--upstream-ca": upstream_ca, "--upstream-cert": upstream_cert, "--upstream-key": upstream_key}
+    if not upstream_tls:
+        given = [name for name, value in upstream_files.items() if value is not None]
+        if skip_hostname_check:
+            given.append("--upstream-skip-hostname-check")
+        if given:
+            raise click.UsageError(f"{', '.join(given)} apply to TLS towards brokers: add --upstream-tls")
+    try:
+        client = tls.server_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
+        upstream = (
+            tls.client_context(upstream_ca, upstream_cert, upstream_key, check_hostname=not skip_hostname_check)
+            if upstream_tls
+            else None
+        )
+    except tls.TlsConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    return client, upstream

@@ -10,6 +10,12 @@ from __future__ import annotations
 from kio.schema.index import api_key_map
 
 API_NAMES: dict[int, str] = dict(api_key_map)
+# Authentication: a rule meets these only if it names them (docs/security.md).
+# A fault here would be an authentication failure, not the Kafka behaviour
+# under test; a rule without `api` (every API) must not lock clients out.
+SASL_APIS: frozenset[int] = frozenset(key for key, name in API_NAMES.items() if name.startswith("sasl_"))
+# What a rule without `api` covers.
+UNNAMED_APIS: tuple[int, ...] = tuple(key for key in API_NAMES if key not in SASL_APIS)
 # Underscores and case are ignored when matching, so `EndTxn` == `end_txn`.
 _BY_FOLDED_NAME: dict[str, int] = {name.replace("_", "").lower(): key for key, name in API_NAMES.items()}
 

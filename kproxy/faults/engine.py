@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kproxy.faults.apis import API_NAMES
+from kproxy.faults.apis import API_NAMES, UNNAMED_APIS
 from kproxy.faults.consistency import rule_problems
 from kproxy.faults.decisions import FORWARD, Decision
 from kproxy.faults.errors import Problem, RuleFileError
@@ -300,7 +300,7 @@ class FaultEngine:
             tables.any_api[direction] = tuple(r for r in on_side if r.apis is None)
             by_api: dict[int, list[CompiledRule]] = {api_key: [] for api_key in API_NAMES}
             for compiled in on_side:  # in file order, which each API's list keeps
-                for api_key in API_NAMES if compiled.apis is None else compiled.apis:
+                for api_key in UNNAMED_APIS if compiled.apis is None else compiled.apis:
                     if api_key in by_api:
                         by_api[api_key].append(compiled)
             for api_key, rules in by_api.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kproxy.faults.actions import ACTIONS, ActionSpec
+from kproxy.faults.apis import SASL_APIS
 from kproxy.faults.fieldspecs import VersionRange, parse_apis, parse_partitions, parse_txn_number, parse_versions
 from kproxy.faults.globs import glob_matches
 from kproxy.faults.model import Rule
@@ -47,7 +48,9 @@ class CompiledRule:
 
     def covers(self, api_key: int, direction: str) -> bool:
         """Could this rule match some frame of this API and direction?"""
-        return self.rule.match.direction == direction and (self.apis is None or api_key in self.apis)
+        if self.rule.match.direction != direction:
+            return False
+        return api_key not in SASL_APIS if self.apis is None else api_key in self.apis
 
     def matches(self, view: RequestView) -> bool:
         m = self.rule.match

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kproxy.io.tls import UpstreamTls
 from kproxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from kproxy.protocol.rewrite import Endpoint
 
@@ -50,4 +52,7 @@ class ProxyConfig:
     trace_on_full: str = "block"
     trace_rotate_bytes: int = 256 * 1024 * 1024
     trace_rotate_seconds: float = 3600.0
+    # TLS towards clients (every listener) and towards brokers; None: plaintext (docs/security.md).
+    client_tls: ssl.SSLContext | None = None
+    upstream_tls: UpstreamTls | None = None
     proxy_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])

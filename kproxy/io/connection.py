@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 from collections import deque
 from typing import TYPE_CHECKING
 
 import trio
 
-from kproxy.io import net, relay
+from kproxy.io import net, relay, tls
 from kproxy.io.exchange import Exchange
 from kproxy.obs import metrics
 from kproxy.protocol import apis, error_scan
@@ -105,6 +106,12 @@ def _feed(frames: FrameBuffer, data: bytes, sender: str) -> tuple[bytes, list[in
         return frames.feed(data)
     except FrameError as exc:
         metrics.protocol_errors.labels(exc.reason).inc()
+        if sender == "client" and tls.looks_like_tls(data):
+            raise ConnectionClosed(
+                exc.reason,
+                "client sent a TLS handshake to a plaintext listener (start kproxy with --tls-cert and --tls-key "
+                "for TLS clients, or connect in plaintext)",
+            ) from None
         raise ConnectionClosed(exc.reason, f"{sender} sent a bad frame: {exc}") from None
 
 
@@ -142,9 +149,20 @@ class ClientConnection:
         ep = self.upstream_endpoint
         metrics.connections_opened.labels("client").inc()
         metrics.connections_open.labels("client").inc()
+        config = self.proxy.config
         try:
+            if config.client_tls is not None and not await self._client_handshake(config.client_tls):
+                return
             try:
-                self.upstream = await net.connect(ep.host, ep.port, self.proxy.config.connect_timeout)
+                self.upstream = await net.connect(ep.host, ep.port, config.connect_timeout, config.upstream_tls)
+            except tls.TlsHandshakeError as exc:
+                self.close_reason = "tls_handshake"
+                metrics.tls_handshake_failures.labels("upstream", exc.reason).inc()
+                log.warning(
+                    "conn %d from %s: TLS handshake with broker %s (node %d) failed: %s; disconnecting the client",
+                    self.conn_id, self.client_addr, ep, self.node_id, exc,
+                )
+                return
             except (OSError, trio.TooSlowError) as exc:
                 self.close_reason = "upstream_unreachable"
                 log.warning(
@@ -186,6 +204,20 @@ class ClientConnection:
                     await self.proxy.inspector.trace_close(self, [])
             self.proxy.connection_closed(self)
 
+    async def _client_handshake(self, context: ssl.SSLContext) -> bool:
+        """TLS with the client on a TLS listener; False (logged, counted, closed) when it fails."""
+        try:
+            self.client = await tls.accept(self.client, context, self.proxy.config.connect_timeout)
+        except tls.TlsHandshakeError as exc:
+            self.close_reason = "tls_handshake"
+            metrics.tls_handshake_failures.labels("client", exc.reason).inc()
+            hint = " (a plaintext client on a TLS listener?)" if exc.reason == "not_tls" else ""
+            # A connection closed before any handshake is a port check or a client giving up, not a fault.
+            level = logging.INFO if exc.reason == "closed" else logging.WARNING
+            log.log(level, "conn %d from %s: TLS handshake with the client failed: %s%s", self.conn_id, self.client_addr, exc, hint)
+            return False
+        return True
+
     def _note_close(self, reason: str, message: str) -> None:
         self.close_reason = reason
         if reason in ("client_closed", "proxy_shutdown"):
@@ -214,7 +246,7 @@ class ClientConnection:
 
     async def _pump_requests(self) -> None:
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
-        client = net.Reader(self.client)
+        client = net.reader(self.client)
         stream_refused = False  # the incomplete frame must arrive whole (it is inspected)
         while True:
             try:
@@ -387,7 +419,7 @@ class ClientConnection:
     async def _pump_responses(self) -> None:
         assert self.upstream is not None
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
-        upstream = net.Reader(self.upstream)
+        upstream = net.reader(self.upstream)
         cut: CutThrough | None = None
         recv_size = net.RECV_BYTES
         while True:

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from kproxy.io import net
+from kproxy.io.tls import TlsSocket, UpstreamTls
 from kproxy.obs import metrics
 from kproxy.protocol.framing import FrameBuffer, FrameError
 from kproxy.protocol.rewrite import Endpoint
@@ -33,13 +34,15 @@ CLOSE_REPORT_TIMEOUT = 5.0
 
 class GhostLink:
     def __init__(
-        self, endpoint: Endpoint, connect_timeout: float, on_response: ResponseCallback, on_close: CloseCallback
+        self, endpoint: Endpoint, connect_timeout: float, on_response: ResponseCallback, on_close: CloseCallback,
+        tls: UpstreamTls | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.tls = tls
         self.connect_timeout = connect_timeout
         self.on_response = on_response
         self.on_close = on_close
-        self.sock: trio.socket.SocketType | None = None
+        self.sock: trio.socket.SocketType | TlsSocket | None = None
         self.lock = trio.Lock()
         self.pending: dict[int, object] = {}
         self._ids = itertools.count(1_000_000_000)
@@ -53,7 +56,7 @@ class GhostLink:
         async with self.lock:
             if self.sock is None:
                 try:
-                    self.sock = await net.connect(self.endpoint.host, self.endpoint.port, self.connect_timeout)
+                    self.sock = await net.connect(self.endpoint.host, self.endpoint.port, self.connect_timeout, self.tls)
                 except BaseException as exc:  # unreachable, or cancelled at shutdown: the delivery is lost
                     if expects_response:
                         reason = "proxy_shutdown" if isinstance(exc, trio.Cancelled) else "upstream_unreachable"
@@ -92,7 +95,7 @@ class GhostLink:
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_REPORT_TIMEOUT):
                 await self.on_close(lost, reason)
 
-    async def _read(self, sock: trio.socket.SocketType) -> None:
+    async def _read(self, sock: trio.socket.SocketType | TlsSocket) -> None:
         frames = FrameBuffer()
         reason = "upstream_closed"
         try:

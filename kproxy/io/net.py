@@ -11,6 +11,10 @@ latency is the product's measure; `Reader` and `send_all` call the kernel
 directly and wait through trio only when the socket would block. A reader
 that never blocks yields every few reads, so a busy connection cannot
 starve the others and cancellation still gets through.
+
+Over TLS (kproxy/io/tls.py) the bytes must pass through `ssl` anyway: a
+TLS connection reads and writes through trio's SSLStream, and `reader`,
+`send_all` and `connect` hand it to that path.
 """
 
 from __future__ import annotations
@@ -21,13 +25,27 @@ import socket
 
 import trio
 
+from kproxy.io.tls import TlsSocket, UpstreamTls
+from kproxy.io.tls import connect as tls_connect
+
 RECV_BYTES = 256 * 1024
 # Reads that found data waiting, in a row, before the reader lets other tasks run.
 YIELD_EVERY_READS = 16
 
 
-async def connect(host: str, port: int, timeout: float) -> trio.socket.SocketType:
-    """Open a TCP connection with TCP_NODELAY (Kafka traffic is request/response)."""
+async def connect(
+    host: str, port: int, timeout: float, tls: UpstreamTls | None = None
+) -> trio.socket.SocketType | TlsSocket:
+    """Open a TCP connection with TCP_NODELAY (Kafka traffic is request/response),
+    with TLS if `tls` (host is then the name the broker's certificate must carry);
+    a failed handshake raises kproxy.io.tls.TlsHandshakeError."""
+    sock = await _connect_tcp(host, port, timeout)
+    if tls is None:
+        return sock
+    return await tls_connect(sock, tls, host, timeout)
+
+
+async def _connect_tcp(host: str, port: int, timeout: float) -> trio.socket.SocketType:
     with trio.fail_after(timeout):
         infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         last: OSError | None = None
@@ -42,6 +60,11 @@ async def connect(host: str, port: int, timeout: float) -> trio.socket.SocketTyp
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
     raise last or OSError(f"no address for {host}:{port}")
+
+
+def reader(sock: trio.socket.SocketType | TlsSocket) -> Reader | TlsSocket:
+    """What a pump reads `sock` with: a Reader, or the TLS connection itself (it decrypts as it reads)."""
+    return sock if type(sock) is TlsSocket else Reader(sock)
 
 
 class Reader:
@@ -78,8 +101,10 @@ class Reader:
         return data
 
 
-async def send_all(sock: trio.socket.SocketType, data: bytes | memoryview) -> None:
+async def send_all(sock: trio.socket.SocketType | TlsSocket, data: bytes | memoryview) -> None:
     """Write all of data; waits through trio only while the socket's buffer is full."""
+    if type(sock) is TlsSocket:
+        return await sock.send_all(data)
     view = memoryview(data)
     while view:
         try:
@@ -105,7 +130,7 @@ async def wait_writable(sock: trio.socket.SocketType) -> None:
         raise OSError(errno.EBADF, "the socket was closed while waiting to write") from None
 
 
-def close_quietly(sock: trio.socket.SocketType | None) -> None:
+def close_quietly(sock: trio.socket.SocketType | TlsSocket | None) -> None:
     if sock is not None:
         try:
             sock.close()

@@ -155,6 +155,7 @@ class Proxy:
                 self.config.connect_timeout,
                 self.inspector.on_ghost_response,
                 functools.partial(self.inspector.on_ghost_link_closed, node_id),
+                tls=self.config.upstream_tls,
             )
             self.ghost_links[node_id] = link
         return link
@@ -196,10 +197,12 @@ class Proxy:
             nursery.start_soon(self._publish_phases)
             self.started.set()
             log.info(
-                "proxy %s listening on %s (bootstrap) for upstream %s; brokers: %s",
+                "proxy %s listening on %s (bootstrap%s) for upstream %s%s; brokers: %s",
                 self.config.proxy_id,
                 self.config.listen,
+                ", TLS" if self.config.client_tls is not None else "",
                 ", ".join(map(str, self.config.upstreams)),
+                " over TLS" if self.config.upstream_tls is not None else "",
                 ", ".join(
                     f"node {n} -> {self.config.listen.host}:{self.addresses.port_for(n)}"
                     for n in sorted(self.addresses.upstream)
@@ -280,7 +283,7 @@ class Proxy:
         )
 
     async def _fetch_brokers(self, upstream: Endpoint, request: Any) -> list[tuple[int, str, int]]:
-        sock = await net.connect(upstream.host, upstream.port, self.config.connect_timeout)
+        sock = await net.connect(upstream.host, upstream.port, self.config.connect_timeout, self.config.upstream_tls)
         with sock, trio.fail_after(self.config.connect_timeout):
             await net.send_all(sock, encode_request(request, 1, "kproxy"))
             frames = FrameBuffer()

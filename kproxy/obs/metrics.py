@@ -27,6 +27,7 @@ CLOSE_REASONS = (
     "client_closed",
     "upstream_closed",
     "upstream_unreachable",
+    "tls_handshake",
     "frame_too_large",
     "negative_length",
     "truncated_frame",
@@ -35,6 +36,8 @@ CLOSE_REASONS = (
     "proxy_shutdown",
     "error",
 )
+# Why a TLS handshake failed (kproxy/io/tls.py classifies).
+TLS_HANDSHAKE_REASONS = ("not_tls", "certificate", "hostname", "peer_refused", "timeout", "closed", "protocol")
 TRACE_OUTCOMES = ("written", "dropped")
 # The APIs every producer, consumer and transaction uses: their per-API series
 # exist from start-up, so a burst that begins and ends between two scrapes
@@ -102,6 +105,12 @@ connections_opened = Counter(
 connections_closed = Counter(
     "kproxy_connections_closed_total",
     "Connections closed, by side and reason.",
+    ["side", "reason"],
+    registry=REGISTRY,
+)
+tls_handshake_failures = Counter(
+    "kproxy_tls_handshake_failures_total",
+    "TLS handshakes that failed, by side (client: with a client; upstream: with a broker) and reason.",
     ["side", "reason"],
     registry=REGISTRY,
 )
@@ -226,6 +235,9 @@ def initialise_label_sets() -> None:
             connections_closed.labels(side, reason)
     for reason in CLOSE_REASONS:
         protocol_errors.labels(reason)
+    for side in SIDES:
+        for reason in TLS_HANDSHAKE_REASONS:
+            tls_handshake_failures.labels(side, reason)
     for state in PENDING_STATES:
         pending_requests.labels(state)
     for kind in HAZARD_KINDS:

@@ -1,0 +1,148 @@
+"""A TLS test bed made of real parts: certificates from `openssl`, a broker behind HAProxy.
+
+Neither embedded broker serves TLS here (Tansu 0.6's `--cert` and `--key`
+conflict; noida-db's Kafka listener is plaintext), so the TLS broker is the
+embedded Tansu broker behind HAProxy terminating TLS, with the broker
+advertising HAProxy's address as a broker behind a TLS terminator does
+(docs/security.md). The tests and `kproxy bench --tls` use it; the same
+HAProxy, originating TLS as well, is the reference path the TLS cost is
+measured against.
+
+Certificates are made with the `openssl` command (Debian's, on every
+machine with HAProxy): a CA, leaves signed by it, and a second CA that
+signs nothing, for the wrong-CA case.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from kproxy.bench.reference import haproxy_binary
+from kproxy.brokers import BrokerError, free_port, start_broker, stop_process, wait_for_port
+
+DAYS = "2"
+_EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+
+@dataclass(frozen=True)
+class Leaf:
+    cert: Path
+    key: Path
+
+    @property
+    def combined(self) -> Path:
+        """Certificate and key in one file, as HAProxy's `crt` wants them."""
+        path = self.cert.with_suffix(".combined.pem")
+        path.write_text(self.cert.read_text() + self.key.read_text())
+        return path
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path
+    # A CA that signed none of the leaves: verifying against it must fail.
+    other_ca: Path
+    # Names only `localhost`: reached as 127.0.0.1 its name does not match.
+    broker: Leaf
+    # localhost and 127.0.0.1: what kproxy's listeners present.
+    proxy: Leaf
+    # A client certificate (mutual TLS), signed by `ca`.
+    client: Leaf
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BrokerError(f"openssl {' '.join(args[:2])} failed: {result.stderr.strip()}")
+
+
+def _make_ca(work: Path, name: str) -> tuple[Path, Path]:
+    cert, key = work / f"{name}.pem", work / f"{name}.key"
+    _openssl(
+        "req", "-x509", *_EC, "-keyout", key.name, "-out", cert.name, "-days", DAYS, "-subj", f"/CN=kproxy {name}",
+        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        cwd=work,
+    )
+    return cert, key
+
+
+def _make_leaf(work: Path, name: str, ca: tuple[Path, Path], alt_names: str, usage: str) -> Leaf:
+    cert, key, csr, ext = (work / f"{name}{suffix}" for suffix in (".pem", ".key", ".csr", ".ext"))
+    ext.write_text(
+        f"subjectAltName={alt_names}\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+        f"extendedKeyUsage={usage}\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    )
+    _openssl("req", *_EC, "-keyout", key.name, "-out", csr.name, "-subj", f"/CN={name}", cwd=work)
+    _openssl(
+        "x509", "-req", "-in", csr.name, "-CA", ca[0].name, "-CAkey", ca[1].name, "-CAcreateserial",
+        "-out", cert.name, "-days", DAYS, "-extfile", ext.name, cwd=work,
+    )
+    return Leaf(cert, key)
+
+
+def make_pki(work: Path) -> Pki:
+    """A fresh CA and leaves in `work` (about a second of openssl)."""
+    work.mkdir(parents=True, exist_ok=True)
+    ca = _make_ca(work, "ca")
+    other_ca, _ = _make_ca(work, "other-ca")
+    return Pki(
+        ca=ca[0],
+        other_ca=other_ca,
+        broker=_make_leaf(work, "broker", ca, "DNS:localhost", "serverAuth"),
+        proxy=_make_leaf(work, "proxy", ca, "DNS:localhost,IP:127.0.0.1", "serverAuth"),
+        client=_make_leaf(work, "client", ca, "DNS:kproxy-client", "clientAuth"),
+    )
+
+
+TLS_TERMINATOR_CONFIG = """\
+global
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+frontend kafka_tls
+    bind {host}:{port} ssl crt {crt}{verify}
+    default_backend broker
+backend broker
+    server broker {host}:{broker_port}
+"""
+
+
+@dataclass(frozen=True)
+class TlsBroker:
+    """A broker reached only over TLS, at `bootstrap` (localhost:PORT, as its certificate names it)."""
+
+    bootstrap: str
+    port: int
+    plain_bootstrap: str  # the broker itself, behind the terminator (setup only: it advertises the TLS port)
+
+
+@contextlib.contextmanager
+def tls_broker(work: Path, pki: Pki, *, require_client_cert: bool = False, host: str = "127.0.0.1") -> Iterator[TlsBroker]:
+    """The embedded broker behind HAProxy terminating TLS with `pki.broker`'s certificate."""
+    binary = haproxy_binary()
+    port = free_port(host)
+    broker = start_broker(host, advertise="localhost", advertise_port=port, log_path=work / "broker-tls.log")
+    try:
+        config = work / f"haproxy-tls-{port}.cfg"
+        verify = f" ca-file {pki.ca} verify required" if require_client_cert else ""
+        config.write_text(
+            TLS_TERMINATOR_CONFIG.format(host=host, port=port, crt=pki.broker.combined, verify=verify,
+                                         broker_port=broker.port)
+        )
+        with open(work / f"haproxy-tls-{port}.log", "ab") as log:
+            # -db: stay in the foreground, so stopping this process stops HAProxy.
+            process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port(host, port, 10.0)
+            yield TlsBroker(f"localhost:{port}", port, broker.bootstrap)
+        finally:
+            stop_process(process)
+    finally:
+        broker.stop()
