@@ -351,3 +351,16 @@ def test_reload_after_disabling_keeps_the_rules_counters() -> None:
     engine.replace(load_rule_text(text, "a.yaml"))  # the file says enabled: the rule is on again...
     assert engine.list_rules()[0]["enabled"] is True
     assert engine.decide(produce(), 0) is FORWARD  # ...but `once` is not re-armed
+
+
+def test_sasl_apis_only_when_named() -> None:
+    """A rule without `api` never meets authentication; naming SaslAuthenticate does (docs/security.md)."""
+    sasl_handshake, sasl_authenticate = 17, 36
+    catch_all = engine_from_rules([rule(client_id="*")])
+    for key in (sasl_handshake, sasl_authenticate):
+        assert not catch_all.wants(key, "request")
+        assert catch_all.decide(RequestView(key, 1, client_id="c"), 0) is FORWARD
+    assert isinstance(catch_all.decide(RequestView(PRODUCE, 9, client_id="c"), 0), d.Drop)
+    named = engine_from_rules([rule(api=["SaslAuthenticate"])])
+    assert named.wants(sasl_authenticate, "request") and not named.wants(sasl_handshake, "request")
+    assert isinstance(named.decide(RequestView(sasl_authenticate, 2, client_id="c"), 0), d.Drop)

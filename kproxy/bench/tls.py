@@ -52,6 +52,8 @@ class Pki:
     proxy: Leaf
     # A client certificate (mutual TLS), signed by `ca`.
     client: Leaf
+    # Names localhost, but signed by `other_ca`: a broker kproxy must not trust.
+    impostor: Leaf
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -88,13 +90,14 @@ def make_pki(work: Path) -> Pki:
     """A fresh CA and leaves in `work` (about a second of openssl)."""
     work.mkdir(parents=True, exist_ok=True)
     ca = _make_ca(work, "ca")
-    other_ca, _ = _make_ca(work, "other-ca")
+    other_ca = _make_ca(work, "other-ca")
     return Pki(
         ca=ca[0],
-        other_ca=other_ca,
+        other_ca=other_ca[0],
         broker=_make_leaf(work, "broker", ca, "DNS:localhost", "serverAuth"),
         proxy=_make_leaf(work, "proxy", ca, "DNS:localhost,IP:127.0.0.1", "serverAuth"),
         client=_make_leaf(work, "client", ca, "DNS:kproxy-client", "clientAuth"),
+        impostor=_make_leaf(work, "impostor", other_ca, "DNS:localhost", "serverAuth"),
     )
 
 
@@ -109,6 +112,9 @@ defaults
 frontend kafka_tls
     bind {host}:{port} ssl crt {crt}{verify}
     default_backend broker
+frontend kafka_impostor
+    bind {host}:{impostor_port} ssl crt {impostor_crt}
+    default_backend broker
 backend broker
     server broker {host}:{broker_port}
 """
@@ -121,19 +127,22 @@ class TlsBroker:
     bootstrap: str
     port: int
     plain_bootstrap: str  # the broker itself, behind the terminator (setup only: it advertises the TLS port)
+    # The same broker behind a certificate from another CA (localhost:PORT).
+    impostor_bootstrap: str
 
 
 @contextlib.contextmanager
 def tls_broker(work: Path, pki: Pki, *, require_client_cert: bool = False, host: str = "127.0.0.1") -> Iterator[TlsBroker]:
     """The embedded broker behind HAProxy terminating TLS with `pki.broker`'s certificate."""
     binary = haproxy_binary()
-    port = free_port(host)
+    port, impostor_port = free_port(host), free_port(host)
     broker = start_broker(host, advertise="localhost", advertise_port=port, log_path=work / "broker-tls.log")
     try:
         config = work / f"haproxy-tls-{port}.cfg"
         verify = f" ca-file {pki.ca} verify required" if require_client_cert else ""
         config.write_text(
             TLS_TERMINATOR_CONFIG.format(host=host, port=port, crt=pki.broker.combined, verify=verify,
+                                         impostor_port=impostor_port, impostor_crt=pki.impostor.combined,
                                          broker_port=broker.port)
         )
         with open(work / f"haproxy-tls-{port}.log", "ab") as log:
@@ -141,7 +150,8 @@ def tls_broker(work: Path, pki: Pki, *, require_client_cert: bool = False, host:
             process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_for_port(host, port, 10.0)
-            yield TlsBroker(f"localhost:{port}", port, broker.bootstrap)
+            wait_for_port(host, impostor_port, 10.0)
+            yield TlsBroker(f"localhost:{port}", port, broker.bootstrap, f"localhost:{impostor_port}")
         finally:
             stop_process(process)
     finally:

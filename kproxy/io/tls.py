@@ -105,7 +105,7 @@ def classify(exc: BaseException) -> tuple[str, str]:
         return "timeout", "the TLS handshake timed out"
     cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ is not None else exc
     if isinstance(cause, ssl.SSLCertVerificationError):
-        text = cause.verify_message or str(cause)
+        text = (cause.verify_message or str(cause)).rstrip(".")
         reason = "hostname" if "mismatch" in text.lower() else "certificate"
         return reason, f"certificate verification failed: {text}"
     if isinstance(cause, ssl.SSLError):
@@ -114,7 +114,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
         if code in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST", "UNSUPPORTED_PROTOCOL",
                     "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "UNEXPECTED_RECORD"):
             return "not_tls", f"the peer does not speak TLS ({text})"
-        if "ALERT" in code or code in ("PEER_DID_NOT_RETURN_A_CERTIFICATE", "CERTIFICATE_VERIFY_FAILED"):
+        if code in ("PEER_DID_NOT_RETURN_A_CERTIFICATE", "CERTIFICATE_VERIFY_FAILED", "NO_CERTIFICATE_RETURNED"):
+            return "certificate", f"the peer's certificate is missing or not trusted ({text})"
+        if "ALERT" in code:
             return "peer_refused", f"the peer refused the handshake ({text})"
         if isinstance(cause, ssl.SSLEOFError) or "EOF" in code:
             return "closed", "the peer closed the connection during the TLS handshake"

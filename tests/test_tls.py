@@ -1,0 +1,232 @@
+"""kproxy with TLS on both sides, with real parts only.
+
+The TLS broker is the embedded broker behind HAProxy terminating TLS
+(kproxy/bench/tls.py: neither embedded broker serves TLS itself), with
+certificates made by `openssl` for this module. The clients are
+confluent-kafka (librdkafka, security.protocol SSL) and kafka-python.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kproxy.bench.tls import Pki, TlsBroker, make_pki, tls_broker
+from kproxy.obs.metrics import TLS_HANDSHAKE_REASONS
+from kproxy.proxy_process import ProxyProcess
+from tests.fixtures.proxy import metric_value
+from tests.scenario_clients import (
+    fates,
+    hazards,
+    read_partition,
+    rule_counters,
+    send,
+    trace_events,
+    transactional_producer,
+    wait_until,
+    wire_log,
+)
+
+RULES = str(Path(__file__).parent.parent / "rules" / "torn-transaction.yaml")
+RULE_ID = "stale-commit-into-next-txn"
+GAP_S = 0.5
+ATTEMPTS = 3
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def secure_broker(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
+    with tls_broker(tmp_path_factory.mktemp("tls-broker"), pki) as broker:
+        yield broker
+
+
+def ssl_client(pki: Pki, **extra: str) -> dict[str, str]:
+    """librdkafka settings of a client that trusts the test CA (and verifies the proxy's name)."""
+    return {"security.protocol": "SSL", "ssl.ca.location": str(pki.ca), **extra}
+
+
+def tls_args(pki: Pki, *extra: str) -> tuple[str, ...]:
+    return (
+        "--tls-cert", str(pki.proxy.cert), "--tls-key", str(pki.proxy.key),
+        "--upstream-tls", "--upstream-ca", str(pki.ca), *extra,
+    )
+
+
+def handshake_failures(proxy: ProxyProcess, side: str) -> float:
+    return sum(
+        metric_value(proxy, "kproxy_tls_handshake_failures_total", side=side, reason=reason)
+        for reason in TLS_HANDSHAKE_REASONS
+    )
+
+
+def create_topic_tls(bootstrap: str, name: str, settings: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
+    for future in admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=15).values():
+        future.result(15)
+
+
+def list_topics(bootstrap: str, settings: dict[str, str], timeout: float = 4.0) -> object:
+    return AdminClient({"bootstrap.servers": bootstrap, **settings}).list_topics(timeout=timeout)
+
+
+def _two_transactions(bootstrap: str, topic: str, settings: dict[str, str]) -> None:
+    producer = transactional_producer(bootstrap, **settings)
+    producer.begin_transaction()
+    assert all(d.ok for d in send(producer, topic, ["t1-a", "t1-b"]))
+    producer.commit_transaction(10)
+    producer.begin_transaction()
+    assert all(d.ok for d in send(producer, topic, ["t2-early"]))
+    time.sleep(GAP_S)
+    assert all(d.ok for d in send(producer, topic, ["t2-late"]))
+    producer.abort_transaction(10)
+
+
+def test_torn_transaction_over_tls_on_both_sides(proxy_factory, secure_broker, pki, topic_name, tmp_path) -> None:
+    """A transactional produce and consume through kproxy, TLS on both sides, with the torn-transaction rule firing."""
+    settings = ssl_client(pki)
+    for attempt in range(ATTEMPTS):
+        topic = f"{topic_name}-{attempt}"
+        traces = tmp_path / str(attempt) / "traces"
+        proxy = proxy_factory(
+            *tls_args(pki), "--rules", RULES, "--traces", str(traces), "--trace-level", "records",
+            upstream=secure_broker.bootstrap,
+        )
+        create_topic_tls(proxy.bootstrap, topic, settings)
+        _two_transactions(proxy.bootstrap, topic, settings)
+        consumed = read_partition(proxy.bootstrap, topic, want=4, **settings)
+        committed = read_partition(proxy.bootstrap, topic, isolation="read_committed", **settings)
+        applied = metric_value(proxy, "kproxy_faults_applied_total", rule=RULE_ID, action="duplicate")
+        seen_hazards = hazards(proxy)
+        counters = rule_counters(proxy)[RULE_ID]
+        upstream_failures = handshake_failures(proxy, "upstream")
+        proxy.stop()  # SIGTERM flushes the trace
+        events = trace_events(traces)
+        fate = fates(wire_log(events, topic))
+        if not (fate.get("t2-early") is None and fate.get("t2-late") is None):
+            break  # the race of the held copy against transaction 2's records (see test_torn_transaction)
+    else:
+        pytest.fail(f"the stale commit reached the broker before transaction 2's records in all {ATTEMPTS} runs")
+
+    assert {c.value for c in consumed} >= {"t1-a", "t1-b", "t2-early", "t2-late"}
+    assert {"t1-a", "t1-b"} <= {c.value for c in committed}
+    assert applied == 1 and counters["applied"] == 1
+    assert seen_hazards["stale_end_txn"] == 1
+    (stale,) = [e for e in events if e["api"] == "end_txn" and e["direction"] == "request" and e["copy"] == 1]
+    # The copy went to the broker over the proxy's own TLS connection, and tore transaction 2.
+    assert (stale["txn_client"], stale["txn_broker"], stale["hazard"]) == (1, 2, "stale_end_txn")
+    assert stale["outcome"] == "ghost" and stale["rule"] == RULE_ID
+    assert fate["t1-a"] == fate["t1-b"] == fate["t2-early"] == "commit"
+    assert fate["t2-late"] != "commit"
+    assert upstream_failures == 0
+    log = proxy.log_text()
+    assert "(bootstrap, TLS)" in log and "over TLS" in log
+
+
+def test_mutual_tls_with_kafka_python(proxy_factory, secure_broker, pki, topic_name) -> None:
+    """--tls-client-ca: a client with a certificate from the CA gets through, one without is refused."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    proxy = proxy_factory(*tls_args(pki, "--tls-client-ca", str(pki.ca)), upstream=secure_broker.bootstrap)
+    with_cert = ssl_client(pki, **{"ssl.certificate.location": str(pki.client.cert),
+                                   "ssl.key.location": str(pki.client.key)})
+    create_topic_tls(proxy.bootstrap, topic_name, with_cert)
+    tls = {
+        "bootstrap_servers": proxy.bootstrap, "security_protocol": "SSL", "ssl_cafile": str(pki.ca),
+        "ssl_certfile": str(pki.client.cert), "ssl_keyfile": str(pki.client.key),
+    }
+    producer = KafkaProducer(**tls, request_timeout_ms=5000, max_block_ms=10000)
+    for value in (b"one", b"two"):
+        producer.send(topic_name, key=b"k", value=value, partition=0).get(10)
+    producer.close(5)
+    consumer = KafkaConsumer(**tls, enable_auto_commit=False, consumer_timeout_ms=8000)
+    consumer.assign([TopicPartition(topic_name, 0)])
+    consumer.seek_to_beginning()
+    values = []
+    for record in consumer:
+        values.append(record.value)
+        if len(values) == 2:
+            break
+    consumer.close()
+    assert values == [b"one", b"two"]
+
+    # No client certificate: refused in the handshake, counted, and the proxy carries on.
+    with pytest.raises(KafkaException):
+        list_topics(proxy.bootstrap, ssl_client(pki), timeout=3)
+    wait_until(
+        lambda: metric_value(proxy, "kproxy_tls_handshake_failures_total", side="client", reason="certificate") >= 1,
+        what="a counted client handshake failure",
+    )
+    assert "TLS handshake with the client failed: the peer's certificate is missing or not trusted" in proxy.log_text()
+    assert list_topics(proxy.bootstrap, with_cert).topics
+    assert proxy.alive()
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "words"),
+    [
+        ("wrong_ca", "certificate", "certificate verification failed"),
+        ("wrong_hostname", "hostname", "mismatch, certificate is not valid for '127.0.0.1'"),
+    ],
+)
+def test_bad_broker_certificate_costs_only_that_client(
+    proxy_factory, secure_broker, pki, case, reason, words
+) -> None:
+    """A broker that fails verification closes the clients bound for it, with the broker and the reason
+    in the log and a metric; the same proxy goes on serving clients of the broker that verifies.
+
+    The first --upstream is the bad one (every bootstrap connection goes there); discovery falls back
+    to the second, which verifies, so the broker's own listener serves clients as usual.
+    """
+    port = secure_broker.port
+    bad = secure_broker.impostor_bootstrap if case == "wrong_ca" else f"127.0.0.1:{port}"  # its certificate names localhost only
+    proxy = proxy_factory(*tls_args(pki), "--upstream", secure_broker.bootstrap, upstream=bad)
+    settings = ssl_client(pki)
+    with pytest.raises(KafkaException):
+        list_topics(proxy.bootstrap, settings, timeout=3)
+    wait_until(
+        lambda: metric_value(proxy, "kproxy_tls_handshake_failures_total", side="upstream", reason=reason) >= 1,
+        what=f"a counted {reason} failure",
+    )
+    log = proxy.log_text()
+    assert f"TLS handshake with broker {bad} (node -1) failed" in log
+    assert words in log
+    assert metric_value(proxy, "kproxy_connections_closed_total", side="client", reason="tls_handshake") >= 1
+    # Others are served: the broker's own listener reaches the broker that verifies.
+    node_bootstrap = re.search(r"broker node \d+: listening on (\S+)", log).group(1)
+    metadata = list_topics(node_bootstrap, settings)
+    assert metadata.brokers
+    assert proxy.alive()
+
+
+def test_plaintext_and_tls_mixups_are_closed_with_a_clear_line(proxy_factory, broker, secure_broker, pki) -> None:
+    """A plaintext client on a TLS listener, and a TLS client on a plaintext one: closed, logged, the proxy lives."""
+    tls_proxy = proxy_factory(*tls_args(pki), upstream=secure_broker.bootstrap)
+    with pytest.raises(KafkaException):
+        list_topics(tls_proxy.bootstrap, {}, timeout=3)
+    wait_until(
+        lambda: metric_value(tls_proxy, "kproxy_tls_handshake_failures_total", side="client", reason="not_tls") >= 1,
+        what="a counted plaintext client",
+    )
+    assert "the peer does not speak TLS" in tls_proxy.log_text()
+    assert "(a plaintext client on a TLS listener?)" in tls_proxy.log_text()
+    assert list_topics(tls_proxy.bootstrap, ssl_client(pki)).brokers
+
+    plain_proxy = proxy_factory()  # in front of the plaintext broker
+    with pytest.raises(KafkaException):
+        list_topics(plain_proxy.bootstrap, ssl_client(pki), timeout=3)
+    wait_until(lambda: "client sent a TLS handshake to a plaintext listener" in plain_proxy.log_text(),
+               what="the TLS-on-plaintext log line")
+    assert list_topics(plain_proxy.bootstrap, {}).brokers
+    assert tls_proxy.alive() and plain_proxy.alive()
