@@ -22,7 +22,10 @@ RewriteField = Literal[
     "fetch_drop_records",
     "fetch_drop_control_batches",
     "fetch_drop_aborted_transactions",
+    "fetch_skip_batch",
+    "fetch_hide_aborted",
 ]
+ControlKind = Literal["commit", "abort"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +126,18 @@ class Rewrite:
     """Forward, then rewrite `field` in the response.
 
     `error_code` applies to `produce_error_offset_zero` (None: keep the
-    broker's error); `lag` is how many offsets a stale watermark trails by.
+    broker's error); `lag` is how many offsets a stale watermark trails by;
+    `markers` are the control batches `fetch_drop_control_batches` removes;
+    `end_marker` makes `fetch_hide_aborted` end an aborted-only batch with a
+    no-op control record instead of emptying it.
     """
 
     rule_id: str
     field: RewriteField
     error_code: int | None
     lag: int
+    markers: tuple[ControlKind, ...] = ("commit", "abort")
+    end_marker: bool = False
     action: ClassVar[str] = "rewrite"
 
 

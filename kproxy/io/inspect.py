@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from kproxy.faults import decisions as d
+from kproxy.faults.actions.rewrite import apply_rewrite
 from kproxy.faults.view import RequestView
 from kproxy.io.exchange import Exchange
 from kproxy.obs import metrics
 from kproxy.obs.trace_schema import FIELD_NAMES
 from kproxy.protocol import apis
-from kproxy.protocol import response_rewrite as rr
 from kproxy.protocol.codec import (
     DecodeError,
     decode_request,
@@ -51,16 +51,6 @@ log = logging.getLogger("kproxy.inspect")
 # state where this request belongs (the client sees a definite failure).
 INVALID_TXN_STATE = 48
 
-REWRITES = {
-    "produce_error_offset_zero": lambda resp, dec, names: rr.produce_error_with_offset(
-        resp, dec.error_code if dec.error_code is not None else 6, offset=0
-    ),
-    "fetch_stale_high_watermark": lambda resp, dec, names: rr.fetch_stale_high_watermark(resp, dec.lag),
-    "fetch_stale_last_stable_offset": lambda resp, dec, names: rr.fetch_stale_last_stable_offset(resp, dec.lag),
-    "fetch_drop_records": lambda resp, dec, names: rr.fetch_drop_records(resp),
-    "fetch_drop_control_batches": lambda resp, dec, names: rr.fetch_drop_control_batches(resp),
-    "fetch_drop_aborted_transactions": lambda resp, dec, names: rr.fetch_drop_aborted_transactions(resp),
-}
 
 
 class _AllApis:
@@ -514,7 +504,7 @@ class Inspector:
                 changed = replace_error_codes(decoded, decision.error_code)
                 ex.outcome = "rewritten"
             elif isinstance(decision, d.Rewrite) and decoded is not None:
-                changed = REWRITES[decision.field](decoded, decision, proxy.topic_names)
+                changed = apply_rewrite(decision, decoded, proxy.topic_names)
                 ex.outcome = "rewritten"
             if changed is not None:
                 response = encode_response(changed, ex.correlation_id)

@@ -19,13 +19,25 @@ sent, so their CRCs stay valid.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from kproxy.protocol.records import RecordDecodeError, decode_batches, scan_batches
+from kproxy.protocol.compression import with_codec
+from kproxy.protocol.records import (
+    CONTROL_FLAG,
+    NO_SEQUENCE,
+    BatchSpan,
+    Record,
+    RecordBatch,
+    RecordDecodeError,
+    decode_batches,
+    encode_batch,
+    scan_batches,
+)
 from kproxy.protocol.record_views import TopicNames, topic_text
 
 TopicSelector = Collection[str] | Callable[[str], bool] | None
@@ -201,5 +213,166 @@ def fetch_drop_aborted_transactions(
         if getattr(part, "aborted_transactions", None) is None:
             return part
         return replace(part, aborted_transactions=())
+
+    return _map_fetch_partitions(resp, change, topics, topic_names)
+
+
+def _data_spans(spans: list[BatchSpan]) -> list[BatchSpan]:
+    return [s for s in spans if s.complete and s.magic == 2 and not s.is_control]
+
+
+def without_middle_batch(records: bytes) -> bytes:
+    """`records` with one complete data batch cut out, one that has a later data batch after it.
+
+    Of n >= 2 complete data batches the one at index (n - 1) // 2 goes: the
+    middle one, or the first of two. The last data batch always stays, so a
+    consumer reads past the gap and its position moves beyond records it
+    never saw. Fewer than two data batches, or bytes whose layout cannot be
+    read: returned unchanged. Everything kept is byte-exact.
+    """
+    view = memoryview(records)
+    try:
+        spans = list(scan_batches(view))
+    except RecordDecodeError:
+        return records
+    data = _data_spans(spans)
+    if len(data) < 2:
+        return records
+    gone = data[(len(data) - 1) // 2]
+    return bytes(view[: gone.start]) + bytes(view[gone.end :])
+
+
+def fetch_skip_batch(resp: Any, topics: TopicSelector = None, topic_names: TopicNames | None = None) -> Any:
+    """Each selected partition loses one data batch from the middle of its records (see without_middle_batch).
+
+    Offsets, high watermark and the later batches stay as the broker sent
+    them: what Jepsen saw of Bufstream 0.1.0, whose Fetch responses left out
+    acknowledged records that consumers then skipped.
+    """
+
+    def change(part: Any) -> Any:
+        if not part.records:
+            return part
+        kept = without_middle_batch(bytes(part.records))
+        return part if len(kept) == len(part.records) else replace(part, records=kept)
+
+    return _map_fetch_partitions(resp, change, topics, topic_names)
+
+
+# Kafka defines control record types 0 (abort) and 1 (commit) for data logs;
+# consumers skip a control batch of any other type. Kafka has no "no-op"
+# type, so the fix's marker takes one Kafka never defined.
+NO_OP_CONTROL_TYPE = 0x7F00
+
+
+def aborted_batch_starts(records: bytes | memoryview, aborted: Any) -> set[int]:
+    """Byte offsets of the transactional data batches a read_committed consumer must skip.
+
+    A batch is aborted when the response says so by either of the two means
+    KIP-98 gives: its producer is in the aborted-transactions list with a
+    first offset at or below the batch, and no ABORT marker of that producer
+    came between; or an ABORT marker of its producer follows it in these
+    records with no COMMIT marker of that producer in between (brokers that
+    send no list, Tansu among them, still send the markers).
+    """
+    view = memoryview(records)
+    batches = [(s, decode_batches(view[s.start : s.end], verify_crc=False)[0]) for s in scan_batches(view)
+               if s.complete and s.magic == 2]
+    pending = sorted(((a.producer_id, a.first_offset) for a in (aborted or ())), key=lambda a: a[1])
+    listed: set[int] = set()
+    starts: set[int] = set()
+    open_batches: dict[int, list[int]] = {}  # producer -> data batches since its last marker
+    for span, batch in batches:
+        while pending and pending[0][1] <= batch.base_offset:
+            listed.add(pending.pop(0)[0])
+        pid = batch.producer_id
+        if batch.is_control:
+            kind = batch.control_type
+            if kind == "abort":
+                starts.update(open_batches.pop(pid, ()))
+                listed.discard(pid)
+            elif kind == "commit":
+                open_batches.pop(pid, None)
+            continue
+        if not batch.is_transactional:
+            continue
+        if pid in listed:
+            starts.add(span.start)
+        open_batches.setdefault(pid, []).append(span.start)
+    return starts
+
+
+def _no_op_marker(batch: RecordBatch) -> bytes:
+    """The aborted-only batch as a control batch holding one no-op record at its last offset."""
+    last = batch.base_offset + batch.last_offset_delta
+    record = Record(offset=last, timestamp=batch.max_timestamp, key=_NO_OP_KEY, value=_NO_OP_VALUE)
+    marker = replace(
+        batch,
+        attributes=with_codec(batch.attributes, "none") | CONTROL_FLAG,
+        base_sequence=NO_SEQUENCE,
+        records=(record,),
+    )
+    return encode_batch(marker)
+
+
+def _emptied(batch: RecordBatch) -> bytes:
+    """The batch with its records taken out: header (offsets, producer) kept, record count 0."""
+    return encode_batch(replace(batch, attributes=with_codec(batch.attributes, "none"), records=()))
+
+
+_NO_OP_KEY = struct.pack(">hh", 0, NO_OP_CONTROL_TYPE)
+_NO_OP_VALUE = struct.pack(">hi", 0, 0)
+
+
+def hide_aborted(records: bytes, aborted: Any, end_marker: bool = False) -> bytes:
+    """Records as a broker that filters transactions itself would serve them.
+
+    Control batches go; a batch of aborted records (aborted_batch_starts)
+    becomes an empty batch, or with `end_marker` a control batch with one
+    no-op record at the batch's last offset (the fix WarpStream shipped:
+    librdkafka moves past a control record). Committed and
+    non-transactional batches are kept byte-exact. Unreadable bytes are
+    returned unchanged.
+    """
+    view = memoryview(records)
+    try:
+        spans = list(scan_batches(view))
+        hidden = aborted_batch_starts(view, aborted)
+        out = []
+        for span in spans:
+            if span.complete and span.is_control:
+                continue
+            if span.start in hidden:
+                (batch,) = decode_batches(view[span.start : span.end], verify_crc=False)
+                out.append(_no_op_marker(batch) if end_marker else _emptied(batch))
+                continue
+            out.append(bytes(view[span.start : span.end]))
+    except RecordDecodeError:
+        return records
+    return b"".join(out)
+
+
+def fetch_hide_aborted(
+    resp: Any, end_marker: bool = False, topics: TopicSelector = None, topic_names: TopicNames | None = None
+) -> Any:
+    """Filter transactions at the "broker": aborted batches emptied, markers removed, aborted list emptied.
+
+    Reproduces WarpStream's first implementation of read_committed Fetch
+    (its post "Kafka transactions explained (twice!)", 2025): a batch that
+    held only aborted records came back as an empty batch, with an empty
+    AbortedTransactions list. With `end_marker`, the fix: the batch carries
+    one no-op control record at its end instead. A null aborted list
+    (read_uncommitted, Fetch before v4) marks a response that must show
+    aborted records: it is left unchanged.
+    """
+
+    def change(part: Any) -> Any:
+        aborted = getattr(part, "aborted_transactions", None)
+        if aborted is None:
+            return part
+        if not part.records:
+            return part if not aborted else replace(part, aborted_transactions=())
+        kept = hide_aborted(bytes(part.records), aborted, end_marker)
+        return replace(part, records=kept, aborted_transactions=())
 
     return _map_fetch_partitions(resp, change, topics, topic_names)
