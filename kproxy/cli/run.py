@@ -91,6 +91,13 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
               help="Close a connection that announces a larger frame (Kafka's socket.request.max.bytes).")
 @click.option("--connect-timeout", type=float, default=10.0, show_default=True,
               help="Seconds to wait for a broker connection before disconnecting the client.")
+@click.option("--idle-timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
+              help="Close a client connection that sent nothing and awaited no answer this long, as a broker does "
+                   "after connections.max.idle.ms. A connection that never sends a first request is closed after "
+                   "this long too. 0: never.")
+@click.option("--read-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, metavar="SECONDS",
+              help="Close a client connection whose frame does not arrive whole within this long of its first "
+                   "byte (a stalled or trickled request). 0: no limit.")
 @click.option("--proxy-id", default=None, help="Name of this proxy instance in traces (default: random).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True, help="Log verbosity (logs go to stderr).")
@@ -101,7 +108,7 @@ def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file,
         traces_dir,  # noqa: ANN001
         trace_level, trace_format, trace_on_full, trace_rotate_mb, trace_rotate_s,
         tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, upstream_cert, upstream_key,
-        upstream_skip_hostname_check, max_frame_bytes, connect_timeout, proxy_id, log_level, log_format) -> None:
+        upstream_skip_hostname_check, max_frame_bytes, connect_timeout, idle_timeout, read_timeout, proxy_id, log_level, log_format) -> None:
     """Run the proxy between Kafka clients and a Kafka cluster.
 
     Clients bootstrap at --listen. Every response that names a broker is
@@ -126,6 +133,8 @@ def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file,
         admin_token=admin_token,
         max_frame_bytes=max_frame_bytes,
         connect_timeout=connect_timeout,
+        idle_timeout=idle_timeout,
+        read_timeout=read_timeout,
         rules_path=rules_path,
         seed=seed,
         guard=guard,

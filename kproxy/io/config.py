@@ -40,6 +40,11 @@ class ProxyConfig:
     admin_token: str | None = None
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     connect_timeout: float = 10.0
+    # A client connection with nothing to say (no bytes, no request awaiting an answer) this
+    # long is closed, as a broker does after connections.max.idle.ms (0: never).
+    idle_timeout: float = 600.0
+    # A frame must arrive whole within this many seconds of its first byte (0: no limit).
+    read_timeout: float = 60.0
     # Longest a held duplicate waits for its event before it is sent anyway.
     hold_timeout: float = 30.0
     rules_path: Path | None = None

@@ -142,6 +142,13 @@ class ClientConnection:
         self.client_done = False
         self.drained = trio.Event()
         self.closed = trio.Event()
+        # For the proxy's timeout sweep (Proxy.sweep_connections): when the client last
+        # sent bytes, when the frame it is sending began (None between frames), and
+        # when the connection was last seen waiting for answers.
+        self.last_read = trio.current_time()
+        self.frame_started: float | None = None
+        self.busy_at = self.last_read
+        self._first_frame_scope: trio.CancelScope | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -150,8 +157,14 @@ class ClientConnection:
         metrics.connections_opened.labels("client").inc()
         metrics.connections_open.labels("client").inc()
         config = self.proxy.config
+        unsent: list[Exchange] = []
         try:
             if config.client_tls is not None and not await self._client_handshake(config.client_tls):
+                return
+            # The broker connection opens only once the client has sent a frame:
+            # sockets that never speak cost the broker nothing.
+            opening = await self._first_frames()
+            if opening is None:
                 return
             try:
                 self.upstream = await net.connect(ep.host, ep.port, config.connect_timeout, config.upstream_tls)
@@ -162,6 +175,7 @@ class ClientConnection:
                     "conn %d from %s: TLS handshake with broker %s (node %d) failed: %s; disconnecting the client",
                     self.conn_id, self.client_addr, ep, self.node_id, exc,
                 )
+                unsent = self._unsent(opening[2], opening[3])
                 return
             except (OSError, trio.TooSlowError) as exc:
                 self.close_reason = "upstream_unreachable"
@@ -169,13 +183,14 @@ class ClientConnection:
                     "conn %d from %s: broker %s (node %d) is unreachable (%s); disconnecting the client",
                     self.conn_id, self.client_addr, ep, self.node_id, exc or "timed out",
                 )
+                unsent = self._unsent(opening[2], opening[3])
                 return
             metrics.connections_opened.labels("upstream").inc()
             metrics.connections_open.labels("upstream").inc()
             try:
                 async with trio.open_nursery() as nursery:
                     self.nursery = nursery
-                    nursery.start_soon(self._pump_requests)
+                    nursery.start_soon(self._pump_requests, *opening)
                     nursery.start_soon(self._pump_responses)
             except* ConnectionClosed as group:
                 first = group.exceptions[0]
@@ -201,7 +216,7 @@ class ClientConnection:
             metrics.connections_closed.labels("client", self.close_reason).inc()
             if self.proxy.trace is not None:
                 with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TRACE_TIMEOUT):
-                    await self.proxy.inspector.trace_close(self, [])
+                    await self.proxy.inspector.trace_close(self, unsent)
             self.proxy.connection_closed(self)
 
     async def _client_handshake(self, context: ssl.SSLContext) -> bool:
@@ -218,9 +233,76 @@ class ClientConnection:
             return False
         return True
 
+    async def _first_frames(self) -> tuple[FrameBuffer, net.Reader | tls.TlsSocket, bytes, list[int]] | None:
+        """Wait for the client's first frame (or the start of one to stream); None if it never came.
+
+        The idle timeout bounds the wait for a first byte, the read timeout the
+        wait for the rest of the frame.
+        """
+        config = self.proxy.config
+        frames = FrameBuffer(config.max_frame_bytes)
+        client = net.reader(self.client)
+        with trio.CancelScope() as scope:
+            self._first_frame_scope = scope
+            if config.idle_timeout:
+                scope.deadline = trio.current_time() + config.idle_timeout
+            while True:
+                try:
+                    data = await client.recv(net.RECV_BYTES)
+                except OSError as exc:
+                    self._note_close("client_closed", f"client read failed: {exc}")
+                    return None
+                if not data:
+                    try:
+                        frames.check_eof()
+                    except FrameError as exc:
+                        metrics.protocol_errors.labels(exc.reason).inc()
+                        self._note_close(exc.reason, f"client sent a truncated frame: {exc}")
+                    else:
+                        self._note_close("client_closed", "client closed the connection before its first request")
+                    return None
+                now = trio.current_time()
+                self.last_read = now
+                _REQUEST_BYTES.inc(len(data))
+                try:
+                    block, offsets = _feed(frames, data, "client")
+                except ConnectionClosed as exc:
+                    self._note_close(exc.reason, str(exc))
+                    return None
+                if offsets or (
+                    frames.pending_frame_size >= CUT_THROUGH_BYTES and frames.pending >= STREAM_REQUEST_HEAD_BYTES
+                ):
+                    self._first_frame_scope = None
+                    return frames, client, block, offsets
+                if self.frame_started is None:
+                    self.frame_started = now
+                    if config.read_timeout:
+                        scope.deadline = now + config.read_timeout
+        self._first_frame_scope = None
+        if not self.closed_on_purpose:
+            if frames.pending:
+                self._note_close("read_timeout", f"client sent {frames.pending} bytes of a frame and stalled "
+                                                 f"for {config.read_timeout:g}s")
+            else:
+                self._note_close("idle_timeout", f"client sent nothing for {config.idle_timeout:g}s")
+        return None
+
+    def _unsent(self, block: bytes, offsets: list[int]) -> list[Exchange]:
+        """The complete requests of the first read, never forwarded (for the close event)."""
+        out = []
+        for start in offsets:
+            try:
+                header = parse_request_header(block, start + 4)
+            except DecodeError:
+                break
+            proxy = self.proxy
+            (proxy.request_frame_counters.get(header.api_key) or proxy.request_counter(header.api_key)).inc()
+            out.append(Exchange(header.api_key, header.api_version, header.correlation_id, header.client_id, 0.0))
+        return out
+
     def _note_close(self, reason: str, message: str) -> None:
         self.close_reason = reason
-        if reason in ("client_closed", "proxy_shutdown"):
+        if reason in ("client_closed", "proxy_shutdown", "idle_timeout"):
             log.debug("conn %d from %s closed: %s", self.conn_id, self.client_addr, message)
         elif reason == "upstream_closed":
             log.info("conn %d from %s: %s", self.conn_id, self.client_addr, message)
@@ -236,19 +318,38 @@ class ClientConnection:
         self.close("fault_disconnect", message)
 
     def close(self, reason: str, message: str) -> None:
-        """Close from outside the pumps (a fault rule, proxy shutdown)."""
-        if self.nursery is not None and not self.closed_on_purpose:
+        """Close from outside the pumps (a fault rule, a timeout, proxy shutdown)."""
+        if self.closed_on_purpose:
+            return
+        scope = self.nursery.cancel_scope if self.nursery is not None else self._first_frame_scope
+        if scope is not None:
             self.closed_on_purpose = True
             self._note_close(reason, message)
-            self.nursery.cancel_scope.cancel()
+            scope.cancel()
 
     # ------------------------------------------------------------------ client -> broker
 
-    async def _pump_requests(self) -> None:
-        frames = FrameBuffer(self.proxy.config.max_frame_bytes)
-        client = net.reader(self.client)
+    async def _pump_requests(self, frames: FrameBuffer, client: net.Reader | tls.TlsSocket, block: bytes, offsets: list[int]) -> None:
+        """Forward the first read's frames (from _first_frames), then every read after it."""
         stream_refused = False  # the incomplete frame must arrive whole (it is inspected)
+        now = self.last_read
         while True:
+            if offsets:
+                stream_refused = False
+                await self._forward_requests(block, offsets)
+            if (
+                not stream_refused
+                and frames.pending_frame_size >= CUT_THROUGH_BYTES
+                and frames.pending >= STREAM_REQUEST_HEAD_BYTES
+            ):
+                # Streamed whole: the timeout sweep sees the frame as started until it is through.
+                self.frame_started = self.frame_started or now
+                stream_refused = not await self._stream_request(frames)
+                if not stream_refused:
+                    self.frame_started = None
+            # A frame completed in this read: what is left began in this read.
+            if offsets or self.frame_started is None:
+                self.frame_started = now if frames.pending else None
             try:
                 data = await client.recv(net.RECV_BYTES)
             except OSError as exc:
@@ -261,17 +362,9 @@ class ClientConnection:
                     raise ConnectionClosed(exc.reason, f"client sent a truncated frame: {exc}") from None
                 await self._client_eof()
                 return
+            self.last_read = now = trio.current_time()
             _REQUEST_BYTES.inc(len(data))
             block, offsets = _feed(frames, data, "client")
-            if offsets:
-                stream_refused = False
-                await self._forward_requests(block, offsets)
-            if (
-                not stream_refused
-                and frames.pending_frame_size >= CUT_THROUGH_BYTES
-                and frames.pending >= STREAM_REQUEST_HEAD_BYTES
-            ):
-                stream_refused = not await self._stream_request(frames)
 
     async def _forward_requests(self, block: bytes, offsets: list[int]) -> None:
         """Forward the complete request frames of one read, inspecting those that need it."""

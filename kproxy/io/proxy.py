@@ -8,6 +8,7 @@ any response that names it).
 
 from __future__ import annotations
 
+import errno
 import functools
 import itertools
 import logging
@@ -37,6 +38,41 @@ log = logging.getLogger("kproxy.proxy")
 
 BOOTSTRAP_NODE = -1
 PHASE_TICK_SECONDS = 0.5
+# How often client connections are checked against the read and idle timeouts (at most).
+SWEEP_SECONDS = 1.0
+# A listener that fails to accept waits this long, doubling up to the maximum while failures last.
+ACCEPT_BACKOFF_SECONDS = (0.05, 1.0)
+# Accept failures are logged at most once per this many seconds (the first at once, then a count).
+ACCEPT_LOG_SECONDS = 10.0
+
+
+class AcceptFailures:
+    """Back-off and rate-limited logging for one listener's failed accepts."""
+
+    def __init__(self, where: object) -> None:
+        self.where = where
+        self.backoff = ACCEPT_BACKOFF_SECONDS[0]
+        self.unlogged = 0
+        self.logged_at: float | None = None
+
+    def failed(self, exc: OSError, now: float) -> float:
+        """Count and maybe log one failure; returns how long to wait before the next accept."""
+        name = errno.errorcode.get(exc.errno or 0, "")
+        metrics.accept_errors.labels(name if name in metrics.ACCEPT_ERRORS else "other").inc()
+        self.unlogged += 1
+        if self.logged_at is None or now - self.logged_at >= ACCEPT_LOG_SECONDS:
+            more = f" ({self.unlogged - 1} more since the last report)" if self.unlogged > 1 else ""
+            log.error("accept failed on %s: %s%s; backing off, next report in %gs at the earliest",
+                      self.where, exc, more, ACCEPT_LOG_SECONDS)
+            self.logged_at = now
+            self.unlogged = 0
+        wait = self.backoff
+        self.backoff = min(self.backoff * 2, ACCEPT_BACKOFF_SECONDS[1])
+        return wait
+
+    def succeeded(self) -> None:
+        # The log interval runs on: a listener that flaps at its limit still logs once per interval.
+        self.backoff = ACCEPT_BACKOFF_SECONDS[0]
 
 
 def _error_name(code: int) -> str:
@@ -195,6 +231,8 @@ class Proxy:
             await self._open_listener(BOOTSTRAP_NODE, self.config.listen.port)
             await self._discover_brokers()
             nursery.start_soon(self._publish_phases)
+            if self.config.idle_timeout or self.config.read_timeout:
+                nursery.start_soon(self._sweep_connections)
             self.started.set()
             log.info(
                 "proxy %s listening on %s (bootstrap%s) for upstream %s%s; brokers: %s",
@@ -242,20 +280,45 @@ class Proxy:
 
     async def _accept_loop(self, node_id: int, listener: trio.socket.SocketType) -> None:
         assert self.nursery is not None
+        failures = AcceptFailures(listener.getsockname())
         with listener:
             while True:
                 try:
                     client, addr = await listener.accept()
                 except OSError as exc:
-                    # Running out of file descriptors must not kill the listener.
-                    log.error("accept failed on %s: %s", listener.getsockname(), exc)
-                    await trio.sleep(0.1)
+                    # Running out of file descriptors must not kill the listener, nor flood the log:
+                    # back off (the connections wait in the backlog) and log once per interval.
+                    await trio.sleep(failures.failed(exc, trio.current_time()))
                     continue
+                failures.succeeded()
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 upstream = self._upstream_for(node_id)
                 conn = ClientConnection(self, client, f"{addr[0]}:{addr[1]}", node_id, upstream)
                 self.connections.add(conn)
                 self.nursery.start_soon(conn.serve)
+
+    async def _sweep_connections(self) -> None:
+        """Close client connections that stall inside a frame (read timeout) or say nothing (idle timeout).
+
+        One task for every connection rather than a deadline per read: the data
+        path then pays an attribute store per read, nothing more.
+        """
+        config = self.config
+        read_timeout, idle_timeout = config.read_timeout, config.idle_timeout
+        interval = min(SWEEP_SECONDS, *(t / 4 for t in (read_timeout, idle_timeout) if t))
+        while True:
+            await trio.sleep(interval)
+            now = trio.current_time()
+            for conn in list(self.connections):
+                if conn.nursery is None:
+                    continue  # still waiting for its first frame, under deadlines of its own
+                started = conn.frame_started
+                if read_timeout and started is not None and now - started > read_timeout:
+                    conn.close("read_timeout", f"client sent part of a frame and not the rest within {read_timeout:g}s")
+                elif conn.order or started is not None:
+                    conn.busy_at = now
+                elif idle_timeout and now - max(conn.last_read, conn.busy_at) > idle_timeout:
+                    conn.close("idle_timeout", f"client sent nothing and awaited nothing for {idle_timeout:g}s")
 
     def _upstream_for(self, node_id: int) -> Endpoint:
         if node_id == BOOTSTRAP_NODE:

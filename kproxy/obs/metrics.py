@@ -33,12 +33,15 @@ CLOSE_REASONS = (
     "truncated_frame",
     "undecodable",
     "fault_disconnect",
+    "read_timeout",
+    "idle_timeout",
     "proxy_shutdown",
     "error",
 )
 # Why a TLS handshake failed (kproxy/io/tls.py classifies).
 TLS_HANDSHAKE_REASONS = ("not_tls", "certificate", "hostname", "peer_refused", "timeout", "closed", "protocol")
 TRACE_OUTCOMES = ("written", "dropped")
+ACCEPT_ERRORS = ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM", "other")
 # The APIs every producer, consumer and transaction uses: their per-API series
 # exist from start-up, so a burst that begins and ends between two scrapes
 # still shows as an increase from zero (a series born with its final value
@@ -112,6 +115,13 @@ tls_handshake_failures = Counter(
     "kproxy_tls_handshake_failures_total",
     "TLS handshakes that failed, by side (client: with a client; upstream: with a broker) and reason.",
     ["side", "reason"],
+    registry=REGISTRY,
+)
+accept_errors = Counter(
+    "kproxy_accept_errors_total",
+    "Failed accepts on the Kafka listeners, by errno name (EMFILE: out of file descriptors); "
+    "the listener backs off and keeps going.",
+    ["reason"],
     registry=REGISTRY,
 )
 protocol_errors = Counter(
@@ -238,6 +248,8 @@ def initialise_label_sets() -> None:
     for side in SIDES:
         for reason in TLS_HANDSHAKE_REASONS:
             tls_handshake_failures.labels(side, reason)
+    for reason in ACCEPT_ERRORS:
+        accept_errors.labels(reason)
     for state in PENDING_STATES:
         pending_requests.labels(state)
     for kind in HAZARD_KINDS:
