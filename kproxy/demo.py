@@ -24,6 +24,7 @@ from typing import Any
 
 import kproxy
 from kproxy.brokers import check_broker, start_broker
+from kproxy.brokers.identify import BrokerIdentity, identify
 from kproxy.proxy_process import start_proxy
 
 DEFAULT_SCENARIO = "torn-transaction"
@@ -63,6 +64,27 @@ PROFILES: dict[str, WorkloadProfile] = {
 def fresh_topic_prefix() -> str:
     """Topics, group and transactional ids of one run; unique so that runs can share a broker."""
     return f"kproxy-demo-{uuid.uuid4().hex[:10]}"
+
+
+def broker_section(identity: BrokerIdentity, kind: str | None, binary_version: str | None, prefix: str) -> dict[str, Any]:
+    """report.json's `broker`: what the wire said the broker is, and whether this run started it."""
+    section = identity.to_json()
+    section["started_by_kproxy"] = kind is not None
+    if kind is not None:
+        # The binary's own answer is exact where the wire can only match a table.
+        section["kind"] = kind
+        section["binary_version"] = binary_version
+    section["topic_prefix"] = prefix
+    return section
+
+
+def broker_line(section: dict[str, Any]) -> str:
+    soft = section["software"]
+    version = section.get("binary_version") or section.get("version")
+    nodes = section["nodes"]
+    how = "started by kproxy" if section["started_by_kproxy"] else "not started by kproxy"
+    return (f"broker: {soft}{' ' + version if version else ''} at {section['bootstrap']}, "
+            f"{nodes} node{'s' if nodes != 1 else ''}, {how} ({section['basis']})")
 
 
 @dataclass
@@ -111,8 +133,13 @@ def run_demo(
     else:
         rules = rules_file
     kind = None if bootstrap is not None else (broker or DEFAULT_BROKER)
+    identity: BrokerIdentity | None = None
+    binary_version = None
     if kind is not None:
-        check_broker(kind)  # a binary that cannot run here fails now, before anything starts
+        binary_version = check_broker(kind)  # a binary that cannot run here fails now, before anything starts
+    else:
+        assert bootstrap is not None
+        identity = identify(bootstrap)  # an unreachable or unreadable broker fails now too
     prefix = topic_prefix or fresh_topic_prefix()
     profile = PROFILES.get(scenario, WorkloadProfile())
     if duration is not None:
@@ -129,10 +156,12 @@ def run_demo(
         upstream = embedded.bootstrap
         stop_broker = embedded.stop
     else:
-        assert bootstrap is not None
-        say(f"[1/4] using the broker at {bootstrap} (topics {prefix}-*)")
+        assert bootstrap is not None and identity is not None
+        say(f"[1/4] using the broker at {bootstrap}: {identity.describe()}; this run's topics are {prefix}-*")
         upstream = bootstrap
     try:
+        if identity is None:
+            identity = identify(upstream)
         say(f"[2/4] starting kproxy with rules/{rules.name}{' in guard mode' if guard else ''}")
         args = ["--rules", str(rules), "--seed", str(seed), "--traces", str(traces), "--trace-level", "records"]
         if guard:
@@ -162,10 +191,12 @@ def run_demo(
 
     say("[4/4] analysing the history against the wire traces with Spark (local mode)")
     from spark.jobs import analyze
-    from spark.report import exit_code, format_summary
+    from spark.report import exit_code, format_summary, write_json
 
     report = analyze(str(history), str(traces), str(out_dir), spark=spark)
-    summary = format_summary(report, str(out_dir))
+    report["broker"] = broker_section(identity, kind, binary_version, prefix)
+    write_json(report, str(out_dir / "report.json"))
+    summary = broker_line(report["broker"]) + "\n" + format_summary(report, str(out_dir))
     say(summary)
     say(f"done in {time.monotonic() - started:.0f}s: {out_dir / 'report.html'} and {out_dir / 'report.json'}")
     return DemoResult(scenario, out_dir, report, summary, exit_code(report), prefix)

@@ -1,0 +1,122 @@
+"""The embedded broker kinds, the check that their binaries run, and the
+scenario runner against each of them and against a broker it did not start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kproxy.brokers import KINDS, BrokerError, EmbeddedBroker, check_broker, free_port, stop_process, wait_for_port
+from kproxy.brokers.identify import identify
+from kproxy.demo import run_demo
+
+SOFTWARE = {"tansu": "tansu", "noida": "noida-db"}
+
+
+def _unrunnable_binary(tmp_path: Path) -> Path:
+    """A file with the executable bit that no loader accepts, as a binary built for another system."""
+    path = tmp_path / "noida-db"
+    path.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 4)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("binary", ["unrunnable", "missing"])
+def test_a_binary_that_cannot_run_fails_in_under_a_second_naming_the_fix(tmp_path, monkeypatch, binary):
+    path = _unrunnable_binary(tmp_path) if binary == "unrunnable" else tmp_path / "absent"
+    monkeypatch.setenv("NOIDA_DB_BIN", str(path))
+    started = time.monotonic()
+    with pytest.raises(BrokerError) as failure:
+        check_broker("noida")
+    assert time.monotonic() - started < 1.0
+    assert str(path) in str(failure.value)
+    assert "Fix: pip install 'noida-db==0.2.2'" in str(failure.value)
+
+
+def test_kproxy_broker_refuses_to_start_an_unrunnable_binary_in_under_a_second(tmp_path):
+    env = {**os.environ, "NOIDA_DB_BIN": str(_unrunnable_binary(tmp_path))}
+    port = free_port()
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "kproxy", "broker", "--kind", "noida", "--port", str(port)],
+                          env=env, capture_output=True, text=True, timeout=30)
+    assert time.monotonic() - started < 1.0 + 1.0  # the check, plus the interpreter starting
+    assert done.returncode == 1
+    assert "does not run here" in done.stderr and "pip install 'noida-db==0.2.2'" in done.stderr
+
+
+def test_every_kind_names_its_installed_version():
+    assert check_broker("tansu") == "0.6.0"
+    assert check_broker("noida") == "0.2.2"
+    with pytest.raises(BrokerError, match="unknown broker kind"):
+        check_broker("nope")
+
+
+def test_the_wire_tells_each_embedded_broker_apart(any_broker: EmbeddedBroker):
+    who = identify(any_broker.bootstrap)
+    assert who.software == SOFTWARE[any_broker.kind]
+    assert who.version == any_broker.version
+    assert who.nodes == 1 and who.node_addresses == (any_broker.bootstrap,)
+    assert who.controller_id is not None and who.cluster_id
+
+
+def test_identify_names_an_address_where_nothing_listens():
+    port = free_port()
+    with pytest.raises(BrokerError, match=f"cannot connect to the broker at 127.0.0.1:{port}"):
+        identify(f"127.0.0.1:{port}", timeout=2)
+
+
+def _topics(bootstrap: str) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
+
+
+@pytest.mark.spark
+def test_the_healthy_scenario_on_each_embedded_broker_blames_no_rule(any_broker: EmbeddedBroker, spark, tmp_path):
+    before = _topics(any_broker.bootstrap)
+    result = run_demo("healthy", tmp_path, bootstrap=any_broker.bootstrap, duration=5, spark=spark,
+                      say=lambda line: None, progress=False)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["stats"]["completed_ops"] > 20
+    assert report["stats"]["fault_impact"] == []
+    assert report["broker"]["software"] == SOFTWARE[any_broker.kind]
+    assert report["broker"]["nodes"] == 1 and report["broker"]["started_by_kproxy"] is False
+    assert result.summary.startswith(f"broker: {SOFTWARE[any_broker.kind]} ")
+    # The run created its own topics only, all under its prefix, and left the others alone.
+    created = _topics(any_broker.bootstrap) - before
+    assert created and all(t.startswith(result.topic_prefix + "-") for t in created)
+    assert before <= _topics(any_broker.bootstrap)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(240)
+def test_kproxy_demo_runs_against_a_broker_it_did_not_start(tmp_path):
+    port = free_port()
+    broker = subprocess.Popen([sys.executable, "-m", "kproxy", "broker", "--kind", "noida", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port("127.0.0.1", port, 15, broker)
+        out = tmp_path / "demo"
+        done = subprocess.run(
+            [sys.executable, "-m", "kproxy", "demo", "--bootstrap", f"127.0.0.1:{port}", "--scenario", "healthy",
+             "--duration", "3", "--no-progress", "--out", str(out)],
+            capture_output=True, text=True, timeout=200)
+        assert done.returncode in (0, 1), done.stderr
+        assert f"using the broker at 127.0.0.1:{port}: noida-db 0.2.2" in done.stdout
+        assert f"broker: noida-db 0.2.2 at 127.0.0.1:{port}, 1 node, not started by kproxy" in done.stdout
+        report = json.loads((out / "report.json").read_text())
+        assert report["broker"]["software"] == "noida-db" and report["broker"]["started_by_kproxy"] is False
+        assert report["stats"]["fault_impact"] == []
+        assert broker.poll() is None  # the demo left the broker it did not start running
+    finally:
+        stop_process(broker)
+
+
+def test_kinds_are_the_documented_ones():
+    assert list(KINDS) == ["tansu", "noida"]
