@@ -39,7 +39,7 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 @click.option("--broker-port-base", type=int, default=None, metavar="PORT",
               help="Broker node N gets a listener on PORT+N (default: listen port + 1). See docs/ports.md.")
 @click.option("--admin", default="127.0.0.1:19080", show_default=True, callback=_endpoint, metavar="HOST:PORT",
-              help="Admin HTTP: /metrics, /healthz, /txns and the rules API. Beyond loopback it needs "
+              help="Admin HTTP: /metrics, /healthz, /readyz, /txns and the rules API. Beyond loopback it needs "
                    "--admin-token-file (docs/security.md).")
 @click.option("--admin-token-file", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Bearer token the rules API and /txns require (/metrics and /healthz stay open): the file's "

@@ -1,4 +1,4 @@
-"""Admin HTTP: /metrics, /healthz, /txns and the rules API, served on trio behind `AdminGuard`."""
+"""Admin HTTP: /metrics, /healthz, /readyz, /txns and the rules API, served on trio behind `AdminGuard`."""
 
 from __future__ import annotations
 
@@ -45,6 +45,15 @@ def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) 
             status_code=200 if ok else 503,
         )
 
+    async def readyz(request: Request) -> JSONResponse:
+        # Readiness, not liveness: a proxy whose brokers are all unreachable can only
+        # refuse clients, so a load balancer should send them elsewhere meanwhile.
+        ready, brokers = await proxy.readiness()
+        return JSONResponse(
+            {"status": "ready" if ready else "unready", "upstreams_reachable": brokers},
+            status_code=200 if ready else 503,
+        )
+
     async def txns(request: Request) -> JSONResponse:
         stats = proxy.tracker.stats()
         return JSONResponse(
@@ -65,6 +74,7 @@ def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) 
     routes = [
         Route("/metrics", metrics_endpoint),
         Route("/healthz", healthz),
+        Route("/readyz", readyz),
         Route("/txns", txns),
         *rules_routes(lambda: proxy.engine, reload_rules, clock=proxy.clock, on_change=proxy.rules_changed),
     ]
@@ -89,6 +99,6 @@ async def serve_admin(
     config.accesslog = None
     config.errorlog = logging.getLogger("kproxy.admin.http")
     config.graceful_timeout = 1.0
-    log.info("admin HTTP on http://%s:%d (/metrics, /healthz, /txns, /rules)%s", endpoint.host, endpoint.port,
+    log.info("admin HTTP on http://%s:%d (/metrics, /healthz, /readyz, /txns, /rules)%s", endpoint.host, endpoint.port,
              "; the rules API and /txns need the bearer token" if proxy.config.admin_token else "")
     await hypercorn_serve(admin_app(proxy, reload_rules), config, task_status=task_status)

@@ -12,7 +12,7 @@ web page the operator happens to have open, nor anyone on the network
   name, which is refused (403). A listener other machines can reach has no
   fixed name (containers and scrapers call it by theirs), so there the
   token is what keeps strangers out.
-- With a token, every route but /metrics and /healthz needs
+- With a token, every route but /metrics, /healthz and /readyz needs
   `Authorization: Bearer TOKEN` (401 otherwise). A listener beyond loopback
   must have one: `check_exposure` refuses to start without it.
 """
@@ -35,7 +35,7 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Monitoring reads these without the token: Prometheus and health checks
 # should not need the key that changes the rules.
-OPEN_PATHS = frozenset({"/metrics", "/healthz"})
+OPEN_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
 
 
 class AdminExposureError(ValueError):

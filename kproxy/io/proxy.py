@@ -46,6 +46,29 @@ ACCEPT_BACKOFF_SECONDS = (0.05, 1.0)
 ACCEPT_LOG_SECONDS = 10.0
 
 
+# Readiness: how long a broker may take to accept a TCP connection, and how long an answer is reused.
+READY_PROBE_TIMEOUT = 0.5
+READY_CACHE_SECONDS = 0.25
+
+
+async def _accepts_connections(endpoint: Endpoint, timeout: float) -> bool:
+    """A bare TCP connect (no TLS, no Kafka request): is anything listening there?"""
+    with trio.move_on_after(timeout):
+        try:
+            infos = await trio.socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
+        except OSError:
+            return False
+        for family, type_, proto, _, addr in infos:
+            sock = trio.socket.socket(family, type_, proto)
+            with sock:
+                try:
+                    await sock.connect(addr)
+                except OSError:
+                    continue
+                return True
+    return False
+
+
 class AcceptFailures:
     """Back-off and rate-limited logging for one listener's failed accepts."""
 
@@ -106,6 +129,8 @@ class Proxy:
         self.response_frame_counters: dict[int, Any] = {}
         self.client_latency_histograms: dict[int, Any] = {}
         self.started = trio.Event()
+        self._readiness: tuple[float, bool, dict[str, bool]] | None = None
+        self._readiness_lock = trio.Lock()
         self.inspector = Inspector(self)
         metrics.pending_requests.labels("in_flight").set_function(self.in_flight_count)
         metrics.txn_producers.set_function(lambda: self.tracker.stats().producers)
@@ -319,6 +344,33 @@ class Proxy:
                     conn.busy_at = now
                 elif idle_timeout and now - max(conn.last_read, conn.busy_at) > idle_timeout:
                     conn.close("idle_timeout", f"client sent nothing and awaited nothing for {idle_timeout:g}s")
+
+    async def readiness(self) -> tuple[bool, dict[str, bool]]:
+        """Whether any upstream broker accepts a TCP connection now, and each one's answer.
+
+        Probed when asked (by /readyz), at most once per READY_CACHE_SECONDS,
+        rather than by a task that would connect to the brokers all the time.
+        """
+        now = trio.current_time()
+        cached = self._readiness
+        if cached is not None and now - cached[0] < READY_CACHE_SECONDS:
+            return cached[1], cached[2]
+        async with self._readiness_lock:  # concurrent /readyz calls share one probe
+            cached = self._readiness
+            if cached is not None and trio.current_time() - cached[0] < READY_CACHE_SECONDS:
+                return cached[1], cached[2]
+            endpoints = {str(e): e for e in (*self.config.upstreams, *self.addresses.upstream.values())}
+            answers: dict[str, bool] = {}
+
+            async def probe(name: str, endpoint: Endpoint) -> None:
+                answers[name] = await _accepts_connections(endpoint, READY_PROBE_TIMEOUT)
+
+            async with trio.open_nursery() as nursery:
+                for name, endpoint in endpoints.items():
+                    nursery.start_soon(probe, name, endpoint)
+            ready = self.started.is_set() and any(answers.values())
+            self._readiness = (trio.current_time(), ready, answers)
+        return ready, answers
 
     def _upstream_for(self, node_id: int) -> Endpoint:
         if node_id == BOOTSTRAP_NODE:
