@@ -112,6 +112,7 @@ def run_demo(
     rules_file: Path | None = None,
     topic_prefix: str | None = None,
     spark: Any = None,
+    client: str = "confluent-kafka",
 ) -> DemoResult:
     """Run one scenario end to end and return its report.
 
@@ -119,6 +120,7 @@ def run_demo(
     run against this existing broker instead. rules_file: run these rules
     under the scenario's name and workload profile (a shrunk rule file, say).
     spark: an existing SparkSession for the analysis (tests share one).
+    client: the workload's client library (kproxy.workload.config.CLIENTS).
     """
     from kproxy.workload.config import WorkloadConfig
     from kproxy.workload.runner import run_workload
@@ -170,10 +172,11 @@ def run_demo(
         try:
             say(
                 f"[3/4] running the queue workload through the proxy for {profile.duration:.0f}s "
-                f"({'transactional' if profile.txn else 'plain'}, {profile.concurrency} processes, seed {seed})"
+                f"({'transactional' if profile.txn else 'plain'}, {profile.concurrency} {client} processes, seed {seed})"
             )
             config = WorkloadConfig(
                 bootstrap=proxy.bootstrap,
+                client=client,
                 concurrency=profile.concurrency,
                 duration=profile.duration,
                 seed=seed,

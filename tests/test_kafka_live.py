@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.kafka.kraft import KafkaCluster
+from kproxy.brokers.kafka import KafkaBroker
 from kproxy.proxy_process import running_proxy
 from kproxy.workload.clients.java import JavaFactory
 from kproxy.workload.config import WorkloadConfig
@@ -74,7 +74,7 @@ def _java_two_transactions(bootstrap: str, topic: str) -> None:
         factory.close()
 
 
-def _run(kafka: KafkaCluster, tmp_path: Path, client, *extra: str):
+def _run(kafka: KafkaBroker, tmp_path: Path, client, *extra: str):
     topic = f"t-{uuid.uuid4().hex[:10]}"
     traces = tmp_path / topic
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -90,9 +90,9 @@ def _run(kafka: KafkaCluster, tmp_path: Path, client, *extra: str):
     return seen, fates(wire_log(events, topic)), copy, replies
 
 
-def test_librdkafka_transaction_is_torn_on_kafka(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+def test_librdkafka_transaction_is_torn_on_kafka(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     for attempt in range(ATTEMPTS):
-        seen, fate, copy, replies = _run(kafka_cluster, tmp_path / str(attempt), _confluent_two_transactions)
+        seen, fate, copy, replies = _run(kafka_broker, tmp_path / str(attempt), _confluent_two_transactions)
         if fate.get("t2-early") is not None:
             break  # otherwise the copy reached the broker before transaction 2's first record: run again
     assert seen["stale_end_txn"] == 1
@@ -104,16 +104,16 @@ def test_librdkafka_transaction_is_torn_on_kafka(kafka_cluster: KafkaCluster, tm
     assert fate.get("t2-late") != "commit"
 
 
-def test_guard_keeps_librdkafka_transaction_whole_on_kafka(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
-    seen, fate, copy, replies = _run(kafka_cluster, tmp_path, _confluent_two_transactions, "--guard")
+def test_guard_keeps_librdkafka_transaction_whole_on_kafka(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    seen, fate, copy, replies = _run(kafka_broker, tmp_path, _confluent_two_transactions, "--guard")
     assert copy["outcome"] == "refused" and not replies
     assert fate["t1-a"] == fate["t1-b"] == "commit"
     assert fate["t2-early"] == fate["t2-late"] == "abort"
 
 
-def test_transaction_version_2_fences_the_stale_commit(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
-    assert kafka_cluster.transaction_version == 2
-    seen, fate, copy, replies = _run(kafka_cluster, tmp_path, _java_two_transactions)
+def test_transaction_version_2_fences_the_stale_commit(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    assert kafka_broker.cluster is not None and kafka_broker.cluster.transaction_version == 2
+    seen, fate, copy, replies = _run(kafka_broker, tmp_path, _java_two_transactions)
     # The copy still reached the broker, which refused it: the epoch moved on at the first commit.
     assert copy["rule"] == RULE_ID and copy["outcome"] == "ghost"
     assert [r["error_code"] for r in replies] == [PRODUCER_FENCED]
@@ -121,9 +121,9 @@ def test_transaction_version_2_fences_the_stale_commit(kafka_cluster: KafkaClust
     assert fate == {"t1-a": "commit", "t1-b": "commit", "t2-early": "abort", "t2-late": "abort"}
 
 
-def test_java_client_workload_through_the_proxy(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:
+def test_java_client_workload_through_the_proxy(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     history = tmp_path / "history.jsonl"
-    with running_proxy(kafka_cluster.bootstrap, log_path=tmp_path / "kproxy.log") as proxy:
+    with running_proxy(kafka_broker.bootstrap, log_path=tmp_path / "kproxy.log") as proxy:
         summary = run_workload(WorkloadConfig(bootstrap=proxy.bootstrap, client="java", txn=True,
                                               abort_probability=0.3, ops=60, duration=None, seed=3,
                                               crash_probability=0.05), history, progress=False)

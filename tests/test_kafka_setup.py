@@ -84,3 +84,13 @@ def test_a_version_maven_central_lacks_fails_with_mavens_error(tmp_path: Path, m
     assert "org.apache.kafka:kafka-clients:0.0.1" in message
     assert "kafka-clients:jar:0.0.1" in message  # Maven's own account of what it could not find
     assert jars.cached("0.0.1", "client") is None
+
+
+def test_kafka_options_belong_to_the_kafka_kind() -> None:
+    from click.testing import CliRunner
+
+    from kproxy.cli import main
+
+    result = CliRunner().invoke(main, ["broker", "--kind", "tansu", "--nodes", "3", "--transaction-version", "0"])
+    assert result.exit_code == 2
+    assert "--nodes, --transaction-version: for --kind kafka only" in result.output

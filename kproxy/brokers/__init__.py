@@ -1,4 +1,4 @@
-"""Brokers kproxy can start: one module per kind, named in KINDS.
+"""Brokers kproxy can start: one module per kind (tansu, noida, kafka), named in KINDS.
 
 A kind's module defines NAME, DESCRIPTION, FIX (how to install what it needs),
 `check() -> version` (does its binary run here; raises BrokerError naming the
@@ -22,6 +22,7 @@ from kproxy.brokers.process import BrokerError, EmbeddedBroker, free_port, stop_
 KINDS: dict[str, str] = {
     "tansu": "kproxy.brokers.tansu",
     "noida": "kproxy.brokers.noida",
+    "kafka": "kproxy.brokers.kafka",
 }
 DEFAULT_KIND = "tansu"
 

@@ -10,6 +10,7 @@ import click
 
 from kproxy.brokers import KINDS
 from kproxy.demo import DEFAULT_BROKER, DEFAULT_SCENARIO, run_demo, scenarios
+from kproxy.workload.config import CLIENTS
 
 
 @click.command(context_settings={"max_content_width": 100})
@@ -20,6 +21,8 @@ from kproxy.demo import DEFAULT_BROKER, DEFAULT_SCENARIO, run_demo, scenarios
 @click.option("--bootstrap", default=None, metavar="HOST:PORT",
               help="Run against this broker or cluster instead of starting one. The demo creates only "
                    "its own kproxy-demo-* topics and touches nothing else.")
+@click.option("--client", type=click.Choice(CLIENTS), default="confluent-kafka", show_default=True,
+              help="Client library of the workload (java: Apache Kafka's own, the one with transaction version 2).")
 @click.option("--guard", is_flag=True, help="Run the proxy in guard mode (refuse hazardous deliveries).")
 @click.option("--seed", default=1, show_default=True, type=int, help="Seed for the workload and the rules.")
 @click.option("--duration", type=float, default=None,
@@ -30,7 +33,7 @@ from kproxy.demo import DEFAULT_BROKER, DEFAULT_SCENARIO, run_demo, scenarios
               help="Where scenario files live (default: the rules/ folder of the source tree).")
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def demo(scenario, broker_kind, bootstrap, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
+def demo(scenario, broker_kind, bootstrap, client, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
     """Start a broker (or use --bootstrap) and the proxy with a scenario's rules,
     run the workload, analyse history and traces, and print what went wrong
     and why.
@@ -59,7 +62,7 @@ def demo(scenario, broker_kind, bootstrap, guard, seed, duration, out_dir, rules
         result = run_demo(
             scenario, out_dir, guard=guard, seed=seed, duration=duration, rules_directory=rules_dir,
             say=lambda line: click.echo(line), progress=not no_progress,
-            broker=broker_kind, bootstrap=bootstrap,
+            broker=broker_kind, bootstrap=bootstrap, client=client,
         )
     except Exception as exc:  # report, don't dump a trace at a new user
         click.echo(f"demo failed: {exc}", err=True)

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kproxy.brokers.process import BrokerError
+
 GROUP = "org.apache.kafka"
 BROKER_ARTIFACT = "kafka_2.13"
 CLIENT_ARTIFACT = "kafka-clients"
@@ -47,7 +49,7 @@ MVN_TIMEOUT = 900.0
 Say = Callable[[str], None]
 
 
-class KafkaSetupError(RuntimeError):
+class KafkaSetupError(BrokerError):
     """Something Apache Kafka needs is missing or could not be fetched; the message names it."""
 
 

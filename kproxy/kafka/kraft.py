@@ -27,6 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kproxy.brokers.process import free_port
 from kproxy.kafka.jars import KafkaJars, KafkaSetupError, Say, broker_jars, major_minor, preflight
 
 log = logging.getLogger(__name__)
@@ -38,12 +39,6 @@ STOP_TIMEOUT = 20.0
 
 class KafkaStartError(KafkaSetupError):
     """A node did not come up; the message quotes its log."""
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def new_cluster_id() -> str:
@@ -283,6 +278,7 @@ def start_cluster(
     host: str = "127.0.0.1",
     port: int = 0,
     advertise: str | None = None,
+    advertise_port: int | None = None,
     work_dir: Path | None = None,
     transaction_version: int | None | str = "default",
     say: Say = lambda _: None,
@@ -291,8 +287,10 @@ def start_cluster(
     """Format and start an Apache Kafka KRaft cluster; return once every node serves metadata.
 
     port: the first node's client port (0: a free one); the others take free
-    ports. work_dir: where storage and logs go (default: a temporary
-    directory removed at stop). transaction_version: "default" is 2 on 4.x
+    ports. advertise / advertise_port: the address the nodes (the port: the
+    first node) tell clients, when something else stands in front of them.
+    work_dir: where storage and logs go (default: a temporary directory
+    removed at stop; a given one is kept, its old storage replaced). transaction_version: "default" is 2 on 4.x
     and nothing before; an int sets the `transaction.version` feature (4.x).
     """
     if nodes < 1:
@@ -316,7 +314,9 @@ def start_cluster(
     for i in range(nodes):
         node_dir = directory / f"node-{i + 1}"
         node_dir.mkdir(exist_ok=True)
-        props = server_properties(i + 1, host, ports[i], controller_ports[i], advertise or host, ports[i], voters,
+        shutil.rmtree(node_dir / "data", ignore_errors=True)  # a fresh cluster, even in a reused directory
+        props = server_properties(i + 1, host, ports[i], controller_ports[i], advertise or host,
+                                  (advertise_port or ports[i]) if i == 0 else ports[i], voters,
                                   nodes, node_dir / "data")
         _write_properties(node_dir / "server.properties", props)
         command = _java_command(java.path, jars, "kafka.Kafka", [str(node_dir / "server.properties")], node_dir)
