@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.brokers import KINDS, BrokerError, EmbeddedBroker, check_broker, free_port, stop_process, wait_for_port
+from kproxy.brokers import BrokerError, EmbeddedBroker, check_broker, free_port, stop_process, wait_for_port
 from kproxy.brokers.identify import identify
 from kproxy.demo import run_demo
 
@@ -118,5 +118,11 @@ def test_kproxy_demo_runs_against_a_broker_it_did_not_start(tmp_path):
         stop_process(broker)
 
 
-def test_kinds_are_the_documented_ones():
-    assert list(KINDS) == ["tansu", "noida"]
+REPRODUCERS = Path(__file__).resolve().parent.parent / "scripts" / "repro"
+
+
+@pytest.mark.parametrize("script, shows_on", [("aborted_read", "tansu"), ("stale_aborted_entry", "noida")])
+def test_each_direct_reproducer_shows_its_bug_on_its_broker_only(any_broker: EmbeddedBroker, script, shows_on):
+    done = subprocess.run([sys.executable, str(REPRODUCERS / f"{script}.py"), any_broker.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == (1 if any_broker.kind == shows_on else 0), done.stdout + done.stderr
