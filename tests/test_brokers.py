@@ -126,3 +126,10 @@ def test_each_direct_reproducer_shows_its_bug_on_its_broker_only(any_broker: Emb
     done = subprocess.run([sys.executable, str(REPRODUCERS / f"{script}.py"), any_broker.bootstrap],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == (1 if any_broker.kind == shows_on else 0), done.stdout + done.stderr
+
+
+def test_the_wire_tells_apache_kafka_and_its_transaction_version(kafka_broker):
+    who = identify(kafka_broker.bootstrap)
+    assert who.software == "Apache Kafka" and who.nodes == 1
+    assert who.features["metadata.version"] > 0
+    assert "transaction.version=" in who.basis  # 4.x: the feature that decides whether a stale EndTxn is fenced

@@ -163,8 +163,8 @@ def _cluster(conn: _Connection, table: dict[int, tuple[int, int]]) -> tuple[str 
 
 def _software(table: dict[int, tuple[int, int]], features: dict[str, int]) -> tuple[str, str | None, str]:
     if "metadata.version" in features:
-        return ("Apache Kafka", None,
-                f"KRaft finalized feature metadata.version={features['metadata.version']}")
+        shown = [f"{name}={features[name]}" for name in ("metadata.version", "transaction.version") if name in features]
+        return "Apache Kafka", None, "KRaft finalized features " + ", ".join(shown)
     maxima = {key: high for key, (_, high) in table.items()}
     for software, (name, version, recorded) in FINGERPRINTS.items():
         if maxima == recorded:
