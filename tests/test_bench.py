@@ -94,3 +94,34 @@ def test_a_round_short_of_a_path_is_an_error_not_a_silent_pairing() -> None:
     results = {"direct": _path([100, 90]), "proxy": _path([90])}
     with pytest.raises(ValueError):
         summarise(results, BenchConfig(), memory=None)
+
+
+@needs_haproxy
+def test_tls_reference_clients_only_learn_haproxy(tmp_path) -> None:
+    from kproxy.bench.tls import haproxy_tls_path, make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    with haproxy_tls_path(tmp_path, pki) as bootstrap:
+        settings = {"bootstrap.servers": bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(pki.ca)}
+        metadata = AdminClient(settings).list_topics(timeout=15)
+        advertised = {f"{b.host}:{b.port}" for b in metadata.brokers.values()}
+    assert advertised == {bootstrap}
+
+
+@needs_haproxy
+def test_bench_tls_measures_every_path_over_tls(tmp_path) -> None:
+    out = tmp_path / "bench.json"
+    work = tmp_path / "work"
+    run = subprocess.run(
+        [sys.executable, "-m", "kproxy", "bench", "--tls", "--reference", "--rounds", "1", "--batched-records",
+         "3000", "--small-records", "1000", "--latency-seconds", "0.5", "--consume-passes", "1",
+         "--out", str(out), "--work-dir", str(work)],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert set(result["paths"]) == {"direct", "proxy", "haproxy"}
+    assert result["config"]["tls"] is True and "memory" not in result
+    # Every client spoke SSL, so every path that moved records spoke TLS to its clients.
+    for name, path in result["paths"].items():
+        assert path["consume"]["records_per_s"] > 0, name

@@ -107,3 +107,37 @@ def test_sasl_plain_over_tls_writes_no_secret(proxy_factory, noida_broker: Embed
             assert secret not in content, f"{path} holds the password ({secret[:12]!r}...)"
     # The search can find what is written: the record value is in the trace.
     assert any(marker.encode() in content for path, content in _outputs(traces).items())
+
+
+CLIENT_SETTINGS = {
+    "confluent-kafka": lambda ca, password: [
+        "security.protocol=SASL_SSL", f"ssl.ca.location={ca}", "sasl.mechanism=PLAIN",
+        f"sasl.username={USER}", f"sasl.password={password}",
+    ],
+    "kafka-python": lambda ca, password: [
+        "security_protocol=SASL_SSL", f"ssl_cafile={ca}", "sasl_mechanism=PLAIN",
+        f"sasl_plain_username={USER}", f"sasl_plain_password={password}",
+    ],
+}
+
+
+@pytest.mark.parametrize("client", sorted(CLIENT_SETTINGS))
+def test_workload_against_a_sasl_ssl_listener(proxy_factory, noida_broker, pki, tmp_path, client) -> None:
+    """`kproxy workload --client-config` gives every client, the topic-creating admin too, the SASL_SSL settings."""
+    from click.testing import CliRunner
+
+    from kproxy.cli import main
+    from kproxy.workload.history import validate_history
+
+    password = f"pw-{uuid.uuid4().hex}"
+    proxy = proxy_factory("--tls-cert", str(pki.proxy.cert), "--tls-key", str(pki.proxy.key),
+                          upstream=noida_broker.bootstrap)
+    history = tmp_path / "history.jsonl"
+    settings = [arg for setting in CLIENT_SETTINGS[client](pki.ca, password) for arg in ("--client-config", setting)]
+    result = CliRunner().invoke(main, [
+        "workload", "--bootstrap", proxy.bootstrap, "--client", client, "--history", str(history), "--ops", "12",
+        "--concurrency", "2", "--seed", "3", "--no-progress", "--final-reads-timeout", "8", *settings,
+    ])
+    assert result.exit_code == 0, result.output
+    assert validate_history(history).ops > 20
+    assert password.encode() not in history.read_bytes()

@@ -45,6 +45,9 @@ class BenchConfig:
     latency_seconds: float = 4.0
     trace_levels: tuple[str, ...] = ()  # extra proxies with --traces at these levels
     reference: bool = False  # also run through HAProxy (TCP mode) in front of a second embedded broker
+    # TLS on every path: the broker behind an HAProxy TLS terminator, kproxy with TLS on both sides,
+    # and the reference HAProxy ending and opening TLS as kproxy does (kproxy/bench/tls.py).
+    tls: bool = False
     memory_check: bool = True
     work_dir: Path | None = None
 
@@ -117,25 +120,40 @@ def _environment(config: BenchConfig) -> Iterator[tuple[str, dict[str, Any]]]:
     work = Path(config.work_dir or tempfile.mkdtemp(prefix="kproxy-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        if config.bootstrap is None:
+        tls_args: tuple[str, ...] = ()
+        pki = None
+        if config.tls:
+            from kproxy.bench.tls import make_pki, tls_broker
+
+            pki = make_pki(work / "pki")
+            bootstrap = stack.enter_context(tls_broker(work, pki)).bootstrap
+            tls_args = ("--tls-cert", str(pki.proxy.cert), "--tls-key", str(pki.proxy.key),
+                        "--upstream-tls", "--upstream-ca", str(pki.ca))
+            workloads.set_client_security({"security.protocol": "SSL", "ssl.ca.location": str(pki.ca)})
+            stack.callback(workloads.set_client_security, {})
+        elif config.bootstrap is None:
             broker = start_broker(log_path=work / "broker.log")
             stack.callback(broker.stop)
             bootstrap = broker.bootstrap
         else:
             bootstrap = config.bootstrap
         proxies: dict[str, Any] = {}
-        plain = start_proxy(bootstrap, "--log-level", "warning", log_path=work / "proxy.log", admin=False)
+        plain = start_proxy(bootstrap, "--log-level", "warning", *tls_args, log_path=work / "proxy.log", admin=False)
         stack.callback(plain.stop)
         proxies["proxy"] = plain
         for level in config.trace_levels:
             traced = start_proxy(
                 bootstrap, "--log-level", "warning", "--traces", str(work / f"traces-{level}"),
-                "--trace-level", level, log_path=work / f"proxy-{level}.log", admin=False,
+                "--trace-level", level, *tls_args, log_path=work / f"proxy-{level}.log", admin=False,
             )
             stack.callback(traced.stop)
             proxies[f"proxy+trace:{level}"] = traced
         references: dict[str, str] = {}
-        if config.reference:
+        if config.reference and pki is not None:
+            from kproxy.bench.tls import haproxy_tls_path
+
+            references[REFERENCE] = stack.enter_context(haproxy_tls_path(work, pki))
+        elif config.reference:
             references[REFERENCE] = stack.enter_context(haproxy_path(work))
         yield bootstrap, proxies, references
 

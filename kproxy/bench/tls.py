@@ -132,11 +132,20 @@ class TlsBroker:
 
 
 @contextlib.contextmanager
-def tls_broker(work: Path, pki: Pki, *, require_client_cert: bool = False, host: str = "127.0.0.1") -> Iterator[TlsBroker]:
-    """The embedded broker behind HAProxy terminating TLS with `pki.broker`'s certificate."""
+def tls_broker(
+    work: Path, pki: Pki, *, require_client_cert: bool = False, host: str = "127.0.0.1",
+    advertise: tuple[str, int] | None = None,
+) -> Iterator[TlsBroker]:
+    """The embedded broker behind HAProxy terminating TLS with `pki.broker`'s certificate.
+
+    The broker advertises the terminator (as localhost, the name its certificate
+    carries), or `advertise` when something else stands in front of it.
+    """
     binary = haproxy_binary()
     port, impostor_port = free_port(host), free_port(host)
-    broker = start_broker(host, advertise="localhost", advertise_port=port, log_path=work / "broker-tls.log")
+    advertise_host, advertise_port = advertise or ("localhost", port)
+    broker = start_broker(host, advertise=advertise_host, advertise_port=advertise_port,
+                          log_path=work / f"broker-tls-{port}.log")
     try:
         config = work / f"haproxy-tls-{port}.cfg"
         verify = f" ca-file {pki.ca} verify required" if require_client_cert else ""
@@ -156,3 +165,43 @@ def tls_broker(work: Path, pki: Pki, *, require_client_cert: bool = False, host:
             stop_process(process)
     finally:
         broker.stop()
+
+
+# The reference path of `kproxy bench --tls`: HAProxy ending the client's TLS
+# and opening its own to the broker's terminator, verified as kproxy verifies.
+TLS_REFERENCE_CONFIG = """\
+global
+    maxconn 4096
+defaults
+    mode tcp
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+frontend reference
+    bind {host}:{port} ssl crt {crt}
+    default_backend terminator
+backend terminator
+    server terminator {host}:{terminator_port} ssl verify required ca-file {ca} sni str(localhost) verifyhost localhost
+"""
+
+
+@contextlib.contextmanager
+def haproxy_tls_path(work: Path, pki: Pki, host: str = "127.0.0.1") -> Iterator[str]:
+    """A second TLS broker, reached through HAProxy doing TLS on both sides; yields the bootstrap clients use.
+
+    Clients -> HAProxy (TLS, `pki.proxy`) -> HAProxy terminator (TLS, `pki.broker`) -> broker, which
+    advertises the first HAProxy: the same hops, and the same two TLS sessions, as through kproxy.
+    """
+    binary = haproxy_binary()
+    port = free_port(host)
+    with tls_broker(work, pki, host=host, advertise=(host, port)) as terminated:
+        config = work / f"haproxy-tls-reference-{port}.cfg"
+        config.write_text(TLS_REFERENCE_CONFIG.format(host=host, port=port, crt=pki.proxy.combined, ca=pki.ca,
+                                                      terminator_port=terminated.port))
+        with open(work / f"haproxy-tls-reference-{port}.log", "ab") as log:
+            process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_port(host, port, 10.0)
+            yield f"{host}:{port}"
+        finally:
+            stop_process(process)

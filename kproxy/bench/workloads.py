@@ -15,6 +15,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
+# Settings every client of a run adds (`kproxy bench --tls`: SSL and the test CA).
+_security: dict[str, object] = {}
+
+
+def set_client_security(settings: dict[str, object]) -> None:
+    """Make every client of the following runs use these settings (empty: plaintext)."""
+    _security.clear()
+    _security.update(settings)
+
+
 @dataclass
 class Sample:
     records: int
@@ -33,14 +43,14 @@ class Sample:
 
 def create_topic(bootstrap: str, partitions: int = 1) -> str:
     name = f"bench-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **_security})
     for f in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=15).values():
         f.result(20)
     return name
 
 
 def _producer(bootstrap: str, **config: object) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **config})
+    return Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **_security, **config})
 
 
 def produce(bootstrap: str, topic: str, count: int, size: int, linger_ms: int, batch_bytes: int) -> Sample:
@@ -100,6 +110,7 @@ def _consume_pass(bootstrap: str, topic: str, count: int) -> tuple[int, int, flo
             "enable.auto.commit": False,
             "fetch.max.bytes": 16 * 1048576,
             "max.partition.fetch.bytes": 8 * 1048576,
+            **_security,
         }
     )
     consumer.assign([TopicPartition(topic, 0, 0)])

@@ -38,6 +38,10 @@ from kproxy.bench.analysis import DEFAULT_TIMEOUT_S, TRACE_MODES, default_work_d
               help="Also run every workload through HAProxy in TCP mode (Debian's haproxy package) in front of a "
                    "second embedded broker: what any extra hop costs on this machine, measured in the same run. "
                    "Needs the embedded broker (no --bootstrap).")
+@click.option("--tls", is_flag=True,
+              help="TLS on every path: the embedded broker behind an HAProxy TLS terminator (certificates made "
+                   "for the run), kproxy with TLS towards clients and brokers, and with --reference HAProxy "
+                   "ending and opening TLS the same way. Skips the memory check. See docs/security.md.")
 @click.option("--no-memory", is_flag=True, help="Skip the 100 idle + 10 busy connections memory check.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the full results as JSON here.")
@@ -48,7 +52,7 @@ from kproxy.bench.analysis import DEFAULT_TIMEOUT_S, TRACE_MODES, default_work_d
 @click.option("--strict", is_flag=True, help="Exit 1 if any target is missed.")
 @click.pass_context
 def bench(ctx, bootstrap, rounds, batched_records, consume_passes, small_records, rate, latency_seconds,  # noqa: ANN001
-          trace_levels, reference, no_memory, out, plot, work_dir, strict) -> None:
+          trace_levels, reference, tls, no_memory, out, plot, work_dir, strict) -> None:
     """Measure the proxy against a direct connection, side by side in one run.
 
     Runs the same confluent-kafka workloads (1 KiB batched produce with
@@ -76,7 +80,11 @@ def bench(ctx, bootstrap, rounds, batched_records, consume_passes, small_records
     from kproxy.bench.runner import BenchConfig, run_bench
     from kproxy.brokers import BrokerError
 
-    if reference:
+    if tls:
+        if bootstrap is not None:
+            raise click.UsageError("--tls starts its own broker behind a TLS terminator; it cannot use --bootstrap")
+        no_memory = True  # its idle connections are plain sockets, which a TLS listener would hold in handshake
+    if reference or tls:
         if bootstrap is not None:
             raise click.UsageError("--reference starts its own broker behind HAProxy; it cannot use --bootstrap")
         try:
@@ -87,7 +95,7 @@ def bench(ctx, bootstrap, rounds, batched_records, consume_passes, small_records
         bootstrap=bootstrap, rounds=rounds, batched_records=batched_records, consume_passes=consume_passes,
         small_records=small_records,
         rate=rate, latency_seconds=latency_seconds, trace_levels=tuple(trace_levels), reference=reference,
-        memory_check=not no_memory, work_dir=work_dir,
+        memory_check=not no_memory, work_dir=work_dir, tls=tls,
     )
     steps = rounds * (2 + len(trace_levels) + int(reference)) + (0 if no_memory else 1)
     with tqdm(total=steps, desc="bench", unit="step", file=sys.stderr) as bar:

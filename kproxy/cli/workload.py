@@ -67,6 +67,10 @@ def _settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
               help="Bound of flush, commit, abort and other blocking client calls.")
 @click.option("--final-reads-timeout", type=float, default=10.0, show_default=True, metavar="SECONDS",
               help="How long the final reads may take to read every key back.")
+@click.option("--client-config", multiple=True, callback=_settings, metavar="KEY=VALUE",
+              help="Setting of every client the run makes, the admin client that creates topics included, in the "
+                   "client's own naming (repeatable): security.protocol, SASL and CA settings for a secured "
+                   "cluster (docs/security.md). --producer-config and --consumer-config win over it.")
 @click.option("--producer-config", multiple=True, callback=_settings, metavar="KEY=VALUE",
               help="Producer setting in the client's own naming (repeatable); overrides the safe defaults.")
 @click.option("--consumer-config", multiple=True, callback=_settings, metavar="KEY=VALUE",

@@ -40,6 +40,9 @@ class WorkloadConfig:
     max_poll_records: int = 100
     op_timeout: float = 5.0  # seconds for flush, commit, abort and other blocking calls
     final_reads_timeout: float = 10.0  # seconds the final reads may take to catch up
+    # Settings of every client the run makes (producers, consumers, the admin client that creates
+    # topics): what a secured cluster needs (security.protocol, SASL, CA); the two below win over it.
+    client_config: Mapping[str, str] = field(default_factory=dict)
     producer_config: Mapping[str, str] = field(default_factory=dict)
     consumer_config: Mapping[str, str] = field(default_factory=dict)
 

@@ -44,7 +44,8 @@ def run_workload(config: WorkloadConfig, history_path: str | Path, progress: boo
     """Run the workload against config.bootstrap and write its history to history_path."""
     started = time.monotonic()
     history_path = Path(history_path)
-    factory = client_factory(config.client, config.bootstrap, config.producer_config, config.consumer_config)
+    factory = client_factory(config.client, config.bootstrap, {**config.client_config, **config.producer_config},
+                             {**config.client_config, **config.consumer_config}, config.client_config)
     try:
         result = _run(config, factory, history_path, progress)
     finally:

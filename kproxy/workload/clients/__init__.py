@@ -8,18 +8,18 @@ from kproxy.workload.clients.base import ClientFactory
 
 
 def client_factory(name: str, bootstrap: str, producer_overrides: Mapping[str, str],
-                   consumer_overrides: Mapping[str, str]) -> ClientFactory:
+                   consumer_overrides: Mapping[str, str], admin_overrides: Mapping[str, str] | None = None) -> ClientFactory:
     """The factory for a client library by name; each library is imported only when chosen."""
     if name == "confluent-kafka":
         from kproxy.workload.clients.confluent import ConfluentFactory
 
-        return ConfluentFactory(bootstrap, producer_overrides, consumer_overrides)
+        return ConfluentFactory(bootstrap, producer_overrides, consumer_overrides, admin_overrides=admin_overrides or {})
     if name == "kafka-python":
         from kproxy.workload.clients.kafka_python import KafkaPythonFactory
 
-        return KafkaPythonFactory(bootstrap, producer_overrides, consumer_overrides)
+        return KafkaPythonFactory(bootstrap, producer_overrides, consumer_overrides, admin_overrides=admin_overrides or {})
     if name == "java":
         from kproxy.workload.clients.java import JavaFactory
 
-        return JavaFactory(bootstrap, producer_overrides, consumer_overrides)
+        return JavaFactory(bootstrap, producer_overrides, consumer_overrides, admin_overrides=admin_overrides or {})
     raise ValueError(f"unknown client {name!r} (confluent-kafka, kafka-python or java)")

@@ -201,8 +201,9 @@ class ConfluentFactory:
     name = "confluent-kafka"
 
     def __init__(self, bootstrap: str, producer_overrides: Mapping[str, str],
-                 consumer_overrides: Mapping[str, str]) -> None:
+                 consumer_overrides: Mapping[str, str], admin_overrides: Mapping[str, str] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.admin_overrides = dict(admin_overrides or {})
         self.producer_overrides = dict(producer_overrides)
         self.consumer_overrides = dict(consumer_overrides)
         self._admin: AdminClient | None = None
@@ -222,7 +223,7 @@ class ConfluentFactory:
 
     def create_topics(self, topics: Sequence[tuple[str, int]], timeout: float) -> None:
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap})
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.admin_overrides})
         futures = self._admin.create_topics([NewTopic(t, n, 1) for t, n in topics], operation_timeout=timeout,
                                             request_timeout=timeout)
         for future in futures.values():

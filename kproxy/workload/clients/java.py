@@ -343,8 +343,9 @@ class JavaFactory:
 
     def __init__(self, bootstrap: str, producer_overrides: Mapping[str, str],
                  consumer_overrides: Mapping[str, str], version: str | None = None,
-                 kafka_home: Path | None = None) -> None:
+                 kafka_home: Path | None = None, admin_overrides: Mapping[str, str] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.admin_overrides = dict(admin_overrides or {})
         self.producer_overrides = dict(producer_overrides)
         self.consumer_overrides = dict(consumer_overrides)
         home = kafka_home or (Path(os.environ["KPROXY_KAFKA_HOME"]) if os.environ.get("KPROXY_KAFKA_HOME") else None)
@@ -367,7 +368,8 @@ class JavaFactory:
 
     def create_topics(self, topics: Sequence[tuple[str, int]], timeout: float) -> None:
         if self._admin is None:
-            self._admin = self.bridge.call("admin", config={"bootstrap.servers": self.bootstrap}, bound=10.0)
+            self._admin = self.bridge.call("admin", config={"bootstrap.servers": self.bootstrap, **self.admin_overrides},
+                                           bound=10.0)
         self.bridge.call("create_topics", self._admin, bound=timeout, timeout=timeout,
                          topics=[[t, n] for t, n in topics])
 

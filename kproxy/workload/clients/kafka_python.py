@@ -199,8 +199,9 @@ class KafkaPythonFactory:
     name = "kafka-python"
 
     def __init__(self, bootstrap: str, producer_overrides: Mapping[str, str],
-                 consumer_overrides: Mapping[str, str]) -> None:
+                 consumer_overrides: Mapping[str, str], admin_overrides: Mapping[str, str] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.admin_overrides = normalize_settings(admin_overrides or {})
         self.producer_overrides = normalize_settings(producer_overrides)
         self.consumer_overrides = normalize_settings(consumer_overrides)
         self._admin: KafkaAdminClient | None = None
@@ -220,7 +221,7 @@ class KafkaPythonFactory:
 
     def create_topics(self, topics: Sequence[tuple[str, int]], timeout: float) -> None:
         if self._admin is None:
-            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, **self.admin_overrides)
         try:
             self._admin.create_topics([NewTopic(t, n, 1) for t, n in topics], timeout_ms=int(timeout * 1000))
         except kerr.TopicAlreadyExistsError:
