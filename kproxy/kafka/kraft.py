@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -208,11 +209,11 @@ def _java_command(java: str, jars: KafkaJars, main: str, args: list[str], log_di
 
 
 def _format(java: str, jars: KafkaJars, nodes: list[KafkaNode], cluster_id: str,
-            transaction_version: int | None, env: dict[str, str]) -> None:
+            transaction_version: int | None, env: dict[str, str], extra_args: Sequence[str] = ()) -> None:
     """Format every node's storage, in parallel (a JVM each)."""
     running = []
     for node in nodes:
-        args = ["format", "-t", cluster_id, "-c", str(node.directory / "server.properties")]
+        args = ["format", "-t", cluster_id, "-c", str(node.directory / "server.properties"), *extra_args]
         if transaction_version is not None:
             args += ["--feature", f"transaction.version={transaction_version}"]
         cmd = _java_command(java, jars, "kafka.tools.StorageTool", args, node.directory)
@@ -283,6 +284,8 @@ def start_cluster(
     transaction_version: int | None | str = "default",
     say: Say = lambda _: None,
     startup_timeout: float = STARTUP_TIMEOUT,
+    properties: Mapping[str, str] | None = None,
+    format_args: Sequence[str] = (),
 ) -> KafkaCluster:
     """Format and start an Apache Kafka KRaft cluster; return once every node serves metadata.
 
@@ -292,6 +295,9 @@ def start_cluster(
     work_dir: where storage and logs go (default: a temporary directory
     removed at stop; a given one is kept, its old storage replaced). transaction_version: "default" is 2 on 4.x
     and nothing before; an int sets the `transaction.version` feature (4.x).
+    properties: added to (or replacing) each node's server.properties, with {host}, {port} and
+    {controller_port} filled in per node (a SASL listener, docs/security.md); format_args: more
+    arguments to the storage tool's format (`--add-scram ...`).
     """
     if nodes < 1:
         raise KafkaSetupError(f"a cluster needs at least one node, not {nodes}")
@@ -318,6 +324,8 @@ def start_cluster(
         props = server_properties(i + 1, host, ports[i], controller_ports[i], advertise or host,
                                   (advertise_port or ports[i]) if i == 0 else ports[i], voters,
                                   nodes, node_dir / "data")
+        for key, value in (properties or {}).items():
+            props[key] = value.format(host=host, port=ports[i], controller_port=controller_ports[i])
         _write_properties(node_dir / "server.properties", props)
         command = _java_command(java.path, jars, "kafka.Kafka", [str(node_dir / "server.properties")], node_dir)
         members.append(KafkaNode(i + 1, host, ports[i], controller_ports[i], node_dir, command, env))
@@ -325,7 +333,7 @@ def start_cluster(
     try:
         say(f"formatting {nodes} KRaft node(s) of Kafka {version} under {directory}"
             + (f" (transaction.version={transaction_version})" if transaction_version is not None else ""))
-        _format(java.path, jars, members, cluster_id, transaction_version, env)
+        _format(java.path, jars, members, cluster_id, transaction_version, env, format_args)
         for node in members:
             node.start()
         wait_ready(cluster, startup_timeout)
