@@ -47,6 +47,7 @@ RULE_FILES = sorted(RULES_DIR.glob("*.yaml"))
 
 NOT_LEADER_OR_FOLLOWER = 6
 REQUEST_TIMED_OUT = 7
+DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_TXN_STATE = 48
 PRODUCER_FENCED = 90
 
@@ -182,6 +183,34 @@ def torn_transaction(s: Scenario) -> None:
         (1, 1, 2, "ghost"),
     ]
     assert commits[1]["hazard"] == "stale_end_txn"
+
+
+@scenario("stale-abort")
+def stale_abort(s: Scenario) -> None:
+    proxy = s.start()
+    txp = transactional_producer(proxy.bootstrap)
+    txp.begin_transaction()
+    send(txp, s.topic, ["t1-a"])
+    txp.abort_transaction(10)
+    txp.begin_transaction()
+    first = send(txp, s.topic, ["t2-a"])
+    wait_until(lambda: hazards(proxy)["stale_end_txn"] == 1, timeout=5, what="the stale abort")
+    second = send(txp, s.topic, ["t2-b"])
+    txp.commit_transaction(10)  # the client is told transaction 2 committed
+    assert all(d.ok for d in first + second)
+    assert s.applied("stale-abort-into-next-txn", "duplicate") == 1
+    read_partition(proxy.bootstrap, s.topic, want=3, timeout=4)  # the log, as Fetch responses carry it
+    events = s.stop_and_trace()
+    aborts = requests_of(events, "end_txn", end_txn_commit=False)
+    assert [(e["copy"], e["txn_client"], e["txn_broker"], e["outcome"]) for e in aborts] == [
+        (0, 1, 1, "delivered"),
+        (1, 1, 2, "ghost"),
+    ]
+    assert aborts[1]["hazard"] == "stale_end_txn"
+    # On the wire the stale copy ended transaction 2 halfway: its first record is aborted
+    # although the client committed it (a lost write on a broker that filters aborted records).
+    fate = fates(wire_log(events, s.topic))
+    assert (fate["t1-a"], fate["t2-a"]) == ("abort", "abort")
 
 
 @scenario("late-produce")
@@ -375,6 +404,31 @@ def spurious_zero_offset(s: Scenario) -> None:
     assert all(e["error_code"] == REQUEST_TIMED_OUT and e["outcome"] == "rewritten" for e in rewritten)
 
 
+def test_spurious_zero_offset_reaches_an_idempotent_producer(broker, topic_name, tmp_path, proxy_factory) -> None:
+    """The workload's producer is idempotent and sends several records a request: librdkafka
+    retries the timed-out Produce, Tansu answers the retry DUPLICATE_SEQUENCE_NUMBER with base
+    offset -1, and librdkafka reports the batch's records at -1, 0, 1, ...: the second record
+    is acknowledged "at offset 0", where another record is (inconsistent offsets)."""
+    s = Scenario(RULES_DIR / "spurious-zero-offset.yaml", broker, topic_name, tmp_path, proxy_factory)
+    proxy = s.start()
+    p = producer(proxy.bootstrap, **{"enable.idempotence": True, "linger.ms": 50})
+    told: dict[str, int | None] = {}
+    for pair in range(7):  # 7 Produce requests of two records each; the 7th is rewritten
+        for value in values("v", 14)[2 * pair : 2 * pair + 2]:
+            p.produce(s.topic, key=b"k", value=value.encode(), partition=0,
+                      on_delivery=lambda err, msg, value=value: told.setdefault(
+                          value, msg.offset() if err is None else "error"))
+        assert p.flush(15) == 0
+    assert s.applied("zero-offset-on-error", "rewrite") == 1
+    assert told["v-13"] == 0 and told["v-12"] in (None, -1)  # acknowledged, at a spurious offset
+    consumed = read_partition(proxy.bootstrap, s.topic, want=14)
+    assert {c.value: c.offset for c in consumed}["v-13"] == 13
+    assert [c.value for c in consumed if c.offset == 0] == ["v-0"]
+    events = s.stop_and_trace()
+    answered = [e["error_code"] for e in responses_of(events, "produce") if e["error_code"]]
+    assert answered == [REQUEST_TIMED_OUT, DUPLICATE_SEQUENCE_NUMBER]
+
+
 # ---------------------------------------------------------------- consumers
 
 
@@ -406,53 +460,144 @@ def stale_lso(s: Scenario) -> None:
 
 @scenario("fetch-filtering")
 def fetch_filtering(s: Scenario) -> None:
+    import kafka
+
     proxy = s.start()
+    # One record a batch: the broker returns the whole partition to every Fetch
+    # (it ignores the size limits), so each answer from offset 0 holds 30 batches.
     assert all(d.ok for d in send(producer(proxy.bootstrap), s.topic, values("v", 30)))
-    # The broker returns the whole partition to every Fetch (it ignores the size limits),
-    # so raw Fetches from offset 0 each carry all 30 records; the seeded tenth of them
-    # come back with none, while the high watermark still says 30.
-    answers = [raw_fetch(proxy.bootstrap, s.topic, read_committed=False) for _ in range(40)]
-    hidden = [a for a in answers if not a.records]
-    assert len(hidden) == s.applied("fetch-hides-records", "rewrite")
-    assert 1 <= len(hidden) < len(answers)
-    assert all(a.high_watermark == 30 for a in hidden)
-    assert all([r.value for r in a.records] == values("v", 30) for a in answers if a.records)
-    # A real consumer handed an empty answer stays where it was and fetches the same
-    # offset again: librdkafka reads every record, only later.
-    consumed = read_partition(proxy.bootstrap, s.topic, want=30)
-    assert sorted(c.value for c in consumed) == sorted(values("v", 30))
+    cut = raw_fetch(proxy.bootstrap, s.topic, read_committed=False)
+    unseen = [v for v in values("v", 30) if v != "v-14"]
+    assert [r.value for r in cut.records] == unseen  # the middle batch goes, the later ones stay
+    assert cut.high_watermark == 30
+    # From offset 20 the answer has 10 batches: the one at 24 goes.
+    assert [r.offset for r in raw_fetch(proxy.bootstrap, s.topic, offset=20, read_committed=False).records] == [
+        20, 21, 22, 23, 25, 26, 27, 28, 29]
+    # One batch, nothing to cut: a consumer that keeps up loses nothing.
+    assert [r.value for r in raw_fetch(proxy.bootstrap, s.topic, offset=29, read_committed=False).records] == ["v-29"]
+    # A consumer handed the cut answer moves past the record and never comes back: it
+    # reaches the end of the partition without v-14, librdkafka and kafka-python alike.
+    consumed = read_partition(proxy.bootstrap, s.topic, timeout=8)
+    assert [c.value for c in consumed] == unseen
+    kc = kafka.KafkaConsumer(bootstrap_servers=proxy.bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, group_id=None)
+    tp = kafka.TopicPartition(s.topic, 0)
+    kc.assign([tp])
+    kp_read: list[str] = []
+    deadline = time.monotonic() + 8
+    while kc.position(tp) < 30 and time.monotonic() < deadline:
+        kp_read += [m.value.decode() for msgs in kc.poll(timeout_ms=300).values() for m in msgs]
+    kc.close()
+    assert kp_read == unseen
     events = s.stop_and_trace()
-    assert len(responses_of(events, "fetch", rule="fetch-hides-records", outcome="rewritten")) >= len(hidden)
+    cut = responses_of(events, "fetch", rule="fetch-hides-records", outcome="rewritten")
+    assert len(cut) >= 3
+    assert all("v-14" not in [r.get("value") for p in e["partitions"] for r in p.get("records") or ()]
+               for e in cut if e.get("partitions"))
+
+
+def _txns_with_an_abort(bootstrap: str, topic: str) -> None:
+    """c0 committed, a1 aborted, c1 and c2 committed: one producer, one record a transaction."""
+    txp = transactional_producer(bootstrap)
+    for value, commit in (("c0", True), ("a1", False), ("c1", True), ("c2", True)):
+        txp.begin_transaction()
+        send(txp, topic, [value])
+        (txp.commit_transaction if commit else txp.abort_transaction)(10)
+
+
+def _kafka_python_read_committed(bootstrap: str, topic: str, seconds: float = 4.0) -> list[str]:
+    import kafka
+
+    kc = kafka.KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
+    kc.assign([kafka.TopicPartition(topic, 0)])
+    read: list[str] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        read += [m.value.decode() for msgs in kc.poll(timeout_ms=300).values() for m in msgs]
+    kc.close()
+    return read
 
 
 @scenario("missing-abort-marker")
 def missing_abort_marker(s: Scenario) -> None:
+    # Tansu: no aborted-transactions list, aborted records served anyway; the missing
+    # marker changes no record a consumer returns. (noida-db, which lists aborted
+    # transactions: test_missing_abort_marker_on_a_broker_that_lists_aborted_transactions.)
     proxy = s.start()
-    txp = transactional_producer(proxy.bootstrap)
-    txp.begin_transaction()
-    send(txp, s.topic, ["committed"])
-    txp.commit_transaction(10)
-    txp.begin_transaction()
-    send(txp, s.topic, ["aborted"])
-    txp.abort_transaction(10)
+    _txns_with_an_abort(s.broker.bootstrap, s.topic)
     direct = raw_fetch(s.broker.bootstrap, s.topic)
-    assert [r.control for r in direct.records if r.control] == ["commit", "abort"]
-
+    assert [r.control for r in direct.records if r.control] == ["commit", "abort", "commit", "commit"]
     through_proxy = raw_fetch(proxy.bootstrap, s.topic)
-    assert s.applied("drop-aborted-index", "rewrite") >= 1
-    assert through_proxy.aborted_transactions == ()
-    # The other path: the markers themselves vanish, so nothing says "aborted" at all.
-    s.admin("POST", "/rules/drop-aborted-index/disable")
-    s.admin("POST", "/rules/drop-abort-markers/enable")
-    unmarked = raw_fetch(proxy.bootstrap, s.topic)
     assert s.applied("drop-abort-markers", "rewrite") >= 1
-    assert [r.value for r in unmarked.records] == ["committed", "aborted"]
-    assert all(r.control is None for r in unmarked.records)
-    # A read_committed consumer returns the aborted record as if committed. (It then sits
-    # at the removed abort marker's offset, fetching it again and again: it never sees
-    # the end of the partition, so stop at the two records.)
-    consumed = read_partition(proxy.bootstrap, s.topic, isolation="read_committed", want=2, stop_at_want=True)
-    assert [c.value for c in consumed] == ["committed", "aborted"]
+    assert [r.control for r in through_proxy.records if r.control] == ["commit", "commit", "commit"]
+    assert [r.value for r in through_proxy.records if not r.control] == ["c0", "a1", "c1", "c2"]
+    consumed = read_partition(proxy.bootstrap, s.topic, isolation="read_committed", want=4, stop_at_want=True)
+    assert [c.value for c in consumed] == ["c0", "a1", "c1", "c2"]  # as without the rule (Tansu's own G1a)
+    # The other rule: the aborted-transactions list goes instead (already empty here).
+    s.admin("POST", "/rules/drop-abort-markers/disable")
+    s.admin("POST", "/rules/drop-aborted-index/enable")
+    raw_fetch(proxy.bootstrap, s.topic)
+    assert s.applied("drop-aborted-index", "rewrite") >= 1
+
+
+def test_missing_abort_marker_on_a_broker_that_lists_aborted_transactions(noida_broker, topic_name, tmp_path,
+                                                                          proxy_factory) -> None:
+    s = Scenario(RULES_DIR / "missing-abort-marker.yaml", noida_broker, topic_name, tmp_path, proxy_factory)
+    create_topic(noida_broker.bootstrap, s.topic)
+    proxy = s.proxy = proxy_factory("--rules", str(s.rules), upstream=noida_broker.bootstrap)
+    _txns_with_an_abort(noida_broker.bootstrap, s.topic)
+    # noida-db lists the aborted transaction and leaves its record out; the ABORT marker ends it.
+    assert [c.value for c in read_partition(noida_broker.bootstrap, s.topic, isolation="read_committed")] == [
+        "c0", "c1", "c2"]
+    # Without the marker the producer stays "aborted" from a1 on: both clients drop the
+    # committed records that follow it.
+    assert [c.value for c in read_partition(proxy.bootstrap, s.topic, isolation="read_committed", timeout=4)] == [
+        "c0"]
+    assert _kafka_python_read_committed(proxy.bootstrap, s.topic) == ["c0"]
+    assert s.applied("drop-abort-markers", "rewrite") >= 2
+
+
+def _aborted_between_committed(bootstrap: str, topic: str) -> None:
+    """a1 a2 aborted, c1 committed, a3 aborted, c2 c3 committed: one record a batch."""
+    txp = transactional_producer(bootstrap)
+    for batch, commit in ((["a1", "a2"], False), (["c1"], True), (["a3"], False), (["c2", "c3"], True)):
+        txp.begin_transaction()
+        send(txp, topic, batch)
+        (txp.commit_transaction if commit else txp.abort_transaction)(10)
+
+
+def _hidden_aborted_scenario(s: Scenario, rule: str, end_marker: bool) -> None:
+    proxy = s.start()
+    _aborted_between_committed(s.broker.bootstrap, s.topic)
+    served = raw_fetch(proxy.bootstrap, s.topic)
+    assert s.applied(rule, "rewrite") >= 1
+    assert served.aborted_transactions == ()
+    # Committed records as the broker sent them; no transaction marker; the aborted ones
+    # (offsets 0, 1 and 5) are empty batches, or with the fix one no-op control record each.
+    assert [(r.offset, r.value) for r in served.records if r.control is None and r.value in ("c1", "c2", "c3")] == [
+        (3, "c1"), (7, "c2"), (8, "c3")]
+    assert not any(r.value in ("a1", "a2", "a3") for r in served.records)
+    assert [r.offset for r in served.records if r.value not in ("c1", "c2", "c3")] == ([0, 1, 5] if end_marker else [])
+    # Both clients read every committed record and no aborted one.
+    consumed = read_partition(proxy.bootstrap, s.topic, isolation="read_committed", want=3, stop_at_want=True)
+    assert [c.value for c in consumed] == ["c1", "c2", "c3"]
+    assert _kafka_python_read_committed(proxy.bootstrap, s.topic) == ["c1", "c2", "c3"]
+    # Tansu answers read_uncommitted Fetches with an empty aborted list, not a null one,
+    # so the rule cannot tell them apart: read_uncommitted readers get the filtered view too.
+    assert [c.value for c in read_partition(proxy.bootstrap, s.topic, want=3, timeout=4)] == ["c1", "c2", "c3"]
+    events = s.stop_and_trace()
+    assert responses_of(events, "fetch", rule=rule, outcome="rewritten")
+
+
+@scenario("empty-aborted-batch")
+def empty_aborted_batch(s: Scenario) -> None:
+    _hidden_aborted_scenario(s, "empty-aborted-batch", end_marker=False)
+
+
+@scenario("empty-aborted-batch-fixed")
+def empty_aborted_batch_fixed(s: Scenario) -> None:
+    _hidden_aborted_scenario(s, "aborted-batch-ends-in-no-op-marker", end_marker=True)
 
 
 # ---------------------------------------------------------------- background noise
