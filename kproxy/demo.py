@@ -28,7 +28,7 @@ from kproxy.brokers.identify import BrokerIdentity, identify
 from kproxy.proxy_process import start_proxy
 
 DEFAULT_SCENARIO = "torn-transaction"
-DEFAULT_BROKER = "tansu"
+DEFAULT_BROKER = "noida"  # chosen by measurement: docs/brokers.md
 
 
 def rules_dir() -> Path:
