@@ -24,6 +24,7 @@ from tests.fixtures.proxy import metric_value
 from tests.scenario_clients import (
     fates,
     hazards,
+    producer,
     read_partition,
     rule_counters,
     send,
@@ -230,3 +231,39 @@ def test_plaintext_and_tls_mixups_are_closed_with_a_clear_line(proxy_factory, br
                what="the TLS-on-plaintext log line")
     assert list_topics(plain_proxy.bootstrap, {}).brokers
     assert tls_proxy.alive() and plain_proxy.alive()
+
+
+ACTIONS_RULES = """\
+version: 1
+rules:
+  - {id: tls-delay, match: {api: produce, client_id: tls-delay}, action: {type: delay, ms: 200}, limits: {once: true}}
+  - {id: tls-respond, match: {api: produce, client_id: tls-respond}, action: {type: respond, error: NOT_LEADER_OR_FOLLOWER}, limits: {once: true}}
+  - {id: tls-replace-error, match: {api: produce, client_id: tls-replace-error}, action: {type: replace_error, error: REQUEST_TIMED_OUT}, limits: {once: true}}
+  - {id: tls-drop, match: {api: produce, client_id: tls-drop}, action: {type: drop}, limits: {once: true}}
+  - {id: tls-drop-response, match: {api: produce, client_id: tls-drop-response}, action: {type: drop_response}, limits: {once: true}}
+  - {id: tls-disconnect-client, match: {api: produce, client_id: tls-disconnect-client}, action: {type: disconnect}, limits: {once: true}}
+  - {id: tls-disconnect-upstream, match: {api: produce, client_id: tls-disconnect-upstream}, action: {type: disconnect, side: upstream, when: after}, limits: {once: true}}
+  - {id: tls-hold, match: {api: produce, client_id: tls-hold}, action: {type: hold, until: next_txn_records, timeout_ms: 300}, limits: {once: true}}
+  - {id: tls-duplicate, match: {api: produce, client_id: tls-duplicate}, action: {type: duplicate, copies: 1}, limits: {once: true}}
+"""
+
+
+def test_fault_actions_and_guard_over_tls(proxy_factory, secure_broker, pki, topic_name, tmp_path) -> None:
+    """Each request action once, over TLS on both sides and with --guard on: the producer gets every record
+    through in the end (its retries), each rule fired once, and the proxy serves on."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(ACTIONS_RULES)
+    proxy = proxy_factory(*tls_args(pki, "--rules", str(rules), "--guard"), upstream=secure_broker.bootstrap)
+    settings = ssl_client(pki)
+    create_topic_tls(proxy.bootstrap, topic_name, settings)
+    timeouts = {"request.timeout.ms": 1500, "message.timeout.ms": 20000, "enable.idempotence": True}
+    rule_ids = [line.split("id: ")[1].split(",")[0] for line in ACTIONS_RULES.splitlines() if "id: " in line]
+    for rule_id in rule_ids:
+        p = producer(proxy.bootstrap, **settings, **timeouts, **{"client.id": rule_id})
+        reports = send(p, topic_name, [f"{rule_id}-a", f"{rule_id}-b"], timeout=25)
+        assert all(d.ok for d in reports), (rule_id, [d.error for d in reports])
+    applied = rule_counters(proxy)
+    assert {rule_id: applied[rule_id]["applied"] for rule_id in rule_ids} == dict.fromkeys(rule_ids, 1)
+    consumed = {c.value for c in read_partition(proxy.bootstrap, topic_name, want=2 * len(rule_ids), **settings)}
+    assert consumed >= {f"{r}-{s}" for r in rule_ids for s in "ab"}
+    assert proxy.alive() and handshake_failures(proxy, "upstream") == 0
