@@ -267,3 +267,27 @@ def test_fault_actions_and_guard_over_tls(proxy_factory, secure_broker, pki, top
     consumed = {c.value for c in read_partition(proxy.bootstrap, topic_name, want=2 * len(rule_ids), **settings)}
     assert consumed >= {f"{r}-{s}" for r in rule_ids for s in "ab"}
     assert proxy.alive() and handshake_failures(proxy, "upstream") == 0
+
+
+def test_unusable_tls_settings_stop_the_proxy_before_it_listens(tmp_path, pki) -> None:
+    from click.testing import CliRunner
+
+    from kproxy.cli import main
+
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    base = ["run", "--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:0", "--no-admin"]
+    cases = [
+        (["--tls-cert", str(tmp_path / "missing.pem"), "--tls-key", str(pki.proxy.key)], 1,
+         f"{tmp_path / 'missing.pem'}: no such file (--tls-cert/--tls-key)"),
+        (["--tls-cert", str(garbage), "--tls-key", str(pki.proxy.key)], 1, "not a PEM certificate chain and its private key"),
+        (["--tls-cert", str(pki.proxy.cert), "--tls-key", str(pki.client.key)], 1, "(--tls-cert/--tls-key)"),
+        (["--upstream-tls", "--upstream-ca", str(garbage)], 1, f"{garbage}: no PEM certificate in it (--upstream-ca)"),
+        (["--tls-cert", str(pki.proxy.cert)], 2, "--tls-cert and --tls-key go together"),
+        (["--upstream-ca", str(pki.ca)], 2, "--upstream-ca applies to TLS towards brokers: add --upstream-tls"),
+        (["--upstream-tls", "--upstream-cert", str(pki.client.cert)], 1, "--upstream-cert and --upstream-key go together"),
+    ]
+    for args, code, words in cases:
+        result = CliRunner().invoke(main, [*base, *args])
+        assert result.exit_code == code, (args, result.output)
+        assert words in result.output, (args, result.output)

@@ -194,7 +194,8 @@ def _tls_settings(tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, u
         if skip_hostname_check:
             given.append("--upstream-skip-hostname-check")
         if given:
-            raise click.UsageError(f"{', '.join(given)} apply to TLS towards brokers: add --upstream-tls")
+            verb = "applies" if len(given) == 1 else "apply"
+            raise click.UsageError(f"{', '.join(given)} {verb} to TLS towards brokers: add --upstream-tls")
     try:
         client = tls.server_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
         upstream = (
