@@ -291,3 +291,12 @@ def test_unusable_tls_settings_stop_the_proxy_before_it_listens(tmp_path, pki) -
         result = CliRunner().invoke(main, [*base, *args])
         assert result.exit_code == code, (args, result.output)
         assert words in result.output, (args, result.output)
+
+
+def test_tls_towards_brokers_only(proxy_factory, secure_broker, pki, topic_name) -> None:
+    """Plaintext clients on a loopback listener, TLS to the brokers: each side is chosen on its own."""
+    proxy = proxy_factory("--upstream-tls", "--upstream-ca", str(pki.ca), upstream=secure_broker.bootstrap)
+    create_topic_tls(proxy.bootstrap, topic_name, {})
+    assert all(d.ok for d in send(producer(proxy.bootstrap), topic_name, ["plain-in-tls-out"]))
+    assert [c.value for c in read_partition(proxy.bootstrap, topic_name, want=1)] == ["plain-in-tls-out"]
+    assert handshake_failures(proxy, "upstream") == 0
