@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -42,19 +43,6 @@ def parse_broker(spec: str) -> tuple[str, int | str | None]:
     return version, (int(tv) if tv else "default")
 
 
-def hazard_replies(report: dict, anomaly: str) -> dict[str, int]:
-    """How the broker answered the rule's stale copies: error name (or outcome) -> count."""
-    out: collections.Counter[str] = collections.Counter()
-    for case in report.get("anomalies", {}).get(anomaly, []):
-        if case.get("outcome") == "refused":
-            out["refused by the guard"] += 1
-        elif case.get("response_error_code") is not None:
-            out[error_name(int(case["response_error_code"])) if case["response_error_code"] else "NONE (accepted)"] += 1
-        else:
-            out[f"no reply ({case.get('outcome')})"] += 1
-    return dict(out)
-
-
 def client_errors(history: Path) -> dict[str, int]:
     """Errors the clients reported (fail and info completions), by name, aborts on purpose left out."""
     out: collections.Counter[str] = collections.Counter()
@@ -64,6 +52,76 @@ def client_errors(history: Path) -> dict[str, int]:
             if op.get("type") in ("fail", "info") and op.get("error") and op["error"] != "aborted":
                 out[str(op["error"])] += 1
     return dict(out.most_common(4))
+
+
+def copy_answers(cell_dir: Path) -> dict[str, collections.Counter]:
+    """How the broker answered each rule copy (EndTxn, Produce), from the cell's trace.
+
+    A refused copy never reached the broker (the guard). A Produce copy the
+    broker answered with no error and the original's base offset was
+    deduplicated by idempotence, not appended again.
+    """
+    from kproxy.obs.trace_files import iter_trace_events
+
+    out = {"end_txn": collections.Counter(), "produce": collections.Counter()}
+    traces = cell_dir / "traces"
+    if not traces.is_dir():
+        return out
+    events = [e for e in iter_trace_events(traces) if e.get("api") in out]
+    originals = {(e["conn_id"], e["correlation_id"]): e for e in events
+                 if e.get("direction") == "response" and not e.get("copy")}
+    answers = {(e["conn_id"], e["correlation_id"], e.get("copy")): e for e in events
+               if e.get("direction") == "response" and e.get("copy")}
+    for e in events:
+        if e.get("direction") != "request" or not e.get("copy"):
+            continue
+        if e.get("outcome") == "refused":
+            out[e["api"]]["refused by the guard"] += 1
+            continue
+        reply = answers.get((e["conn_id"], e["correlation_id"], e.get("copy")))
+        if reply is None:
+            out[e["api"]][f"no answer ({e.get('outcome')})"] += 1
+            continue
+        codes = [p.get("error_code") for p in reply.get("partitions") or []] or [reply.get("error_code")]
+        errors = sorted({error_name(c) for c in codes if c})
+        if errors:
+            out[e["api"]][" ".join(errors)] += 1
+        elif e["api"] == "produce":
+            original = originals.get((e["conn_id"], e["correlation_id"]))
+            base = [p.get("base_offset") for p in reply.get("partitions") or []]
+            first = [p.get("base_offset") for p in (original or {}).get("partitions") or []]
+            out[e["api"]]["accepted as a duplicate (original's offset)" if original and base == first
+                          else "accepted and appended"] += 1
+        else:
+            out[e["api"]]["accepted (NONE)"] += 1
+    return out
+
+
+def _fmt(counter: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items(), key=lambda kv: -kv[1])) or "-"
+
+
+def table(results: Path) -> str:
+    """The Markdown table of docs/kafka-versions.md, from a run's cells.jsonl."""
+    rows = ["| Kafka | TV | client | scenario | guard | errors found (cases) | stale EndTxn copies: broker's answer | "
+            "late Produce copies: broker's answer | attributed to the rule | client errors | report |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for line in results.read_text().splitlines():
+        cell = json.loads(line)
+        tv = cell.get("transaction_version")
+        head = (f"| {cell['kafka']} | {'-' if tv is None else tv} | {cell['client']} | {cell['scenario']} | "
+                f"{'on' if cell['guard'] else 'off'} |")
+        if "failed" in cell:
+            rows.append(f"{head} could not run: {cell['failed'][:200]} | | | | | | |")
+            continue
+        report = Path(cell["report"])
+        counts = json.loads(report.read_text()).get("counts", {})
+        found = ", ".join(f"{name} {counts.get(name, '?')}" for name in cell["errors"]) or "none (valid)"
+        answers = copy_answers(report.parent)
+        rows.append(f"{head} {found} | {_fmt(answers['end_txn'])} | {_fmt(answers['produce'])} | "
+                    f"{'; '.join(cell['attributed']) or '-'} | {_fmt(cell['client_errors'])} | "
+                    f"`{report.parent.name}/report.json` |")
+    return "\n".join(rows) + "\n"
 
 
 def run_cell(bootstrap: str, out_dir: Path, client: str, scenario: str, guard: bool, seed: int,
@@ -78,8 +136,6 @@ def run_cell(bootstrap: str, out_dir: Path, client: str, scenario: str, guard: b
         "valid": report.get("valid"),
         "errors": report.get("errors", []),
         "counts": {k: counts.get(k, 0) for k in WATCHED},
-        "stale_end_txn_replies": hazard_replies(report, "stale-end-txn"),
-        "late_produce_replies": hazard_replies(report, "late-produce"),
         "attributed": sorted({f"{i['anomaly']}: {i['cases']}" for i in impact if i.get("cases")}),
         "client_errors": client_errors(out_dir / "history.jsonl"),
         "report": str(out_dir / "report.json"),
@@ -96,8 +152,14 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=8.0, help="workload seconds per cell")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("matrix-out"))
+    parser.add_argument("--table", action="store_true", help="only print the Markdown table of OUT/cells.jsonl")
     args = parser.parse_args()
+    if args.table:
+        print(table(args.out / "cells.jsonl"), end="")
+        return 0
 
+    # SIGTERM unwinds like Ctrl-C, so the proxy and the Kafka nodes of the cell in progress are stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from spark.session import get_session
 
     spark = get_session(master="local[2]", app_name="kproxy-kafka-matrix",
@@ -126,8 +188,9 @@ def main() -> int:
                             cell["failed"] = f"{type(exc).__name__}: {exc}"
                         with open(results, "a") as out:
                             out.write(json.dumps(cell) + "\n")
-                        print(f"{name}: {cell.get('errors', cell.get('failed'))} "
-                              f"stale={cell.get('stale_end_txn_replies')} late={cell.get('late_produce_replies')} "
+                        answers = copy_answers(args.out / name)
+                        print(f"{name}: {cell.get('errors', cell.get('failed'))} end_txn copies "
+                              f"{_fmt(answers['end_txn'])}; produce copies {_fmt(answers['produce'])} "
                               f"({cell.get('seconds')} s)", file=sys.stderr, flush=True)
         finally:
             cluster.stop()

@@ -133,3 +133,4 @@ def test_java_client_workload_through_the_proxy(kafka_broker: KafkaBroker, tmp_p
     assert stats.by_type["invoke"] >= 60
     text = history.read_text()
     assert '"f":"txn"' in text and '"type":"fail","f":"txn"' in text  # committed and aborted transactions
+

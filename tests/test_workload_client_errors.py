@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from kproxy.workload.clients import confluent
+from kproxy.workload.clients.guard import guarded
+from kproxy.workload.errors import ClientFailure
 from kproxy.workload.history import read_history, validate_history
 from kproxy.workload.runner import run_workload
 from tests.test_workload import check_history, quick_config
@@ -76,3 +78,24 @@ def test_an_unknown_error_from_a_kafka_python_poll_ends_the_poll_info(broker, tm
     broken = _library_errors(ops, "poll")
     assert [op.error for op in broken] == ["AssertionError"]
     check_history(ops, concurrency=3)
+
+
+class _FencedProducer:
+    """An adapter whose library has declared it unusable (what librdkafka does after INVALID_TXN_STATE)."""
+
+    def commit_transaction(self, timeout: float) -> None:
+        raise ClientFailure("INVALID_TXN_STATE", fatal=True)
+
+    def abort_transaction(self, timeout: float) -> None:
+        raise ClientFailure("TRANSACTION_ABORTABLE", txn_requires_abort=True)
+
+
+def test_a_fatal_client_error_marks_the_client_for_retirement() -> None:
+    broke: list[bool] = []
+    producer = guarded(_FencedProducer(), lambda: broke.append(True))
+    with pytest.raises(ClientFailure, match="TRANSACTION_ABORTABLE"):
+        producer.abort_transaction(1.0)
+    assert broke == []  # an abortable error leaves the client usable
+    with pytest.raises(ClientFailure, match="INVALID_TXN_STATE"):
+        producer.commit_transaction(1.0)
+    assert broke == [True]  # the worker replaces this process's clients after the operation

@@ -7,7 +7,9 @@ when a callback misbehaves, kafka-python raises AssertionError or
 AttributeError from its own state machines. Such an error says nothing about
 what reached the broker, so the operation it interrupted ends `info` (see
 `ClientFailure.library_error`) and the process that saw it is retired: the
-worker carries on with new clients instead of stopping the run.
+worker carries on with new clients instead of stopping the run. A
+translated error the library calls fatal retires the process the same way,
+once its operation is recorded: the client cannot be used again.
 
 Only calls on a client are guarded. Building a client is not: a client that
 cannot be built from its settings is a bad setting, which stops the run.
@@ -57,7 +59,11 @@ class Guarded:
             args = tuple(a.unwrapped if isinstance(a, Guarded) else a for a in args)
             try:
                 return attr(*args, **kwargs)
-            except ClientFailure:
+            except ClientFailure as exc:
+                if exc.fatal:
+                    # The library says this client is done for (fenced, INVALID_TXN_STATE
+                    # after a fatal error): every later call would fail the same way.
+                    self._on_library_error()
                 raise
             except Exception as exc:
                 log.warning("client library raised %s in %s: %s", type(exc).__name__, name, exc)
