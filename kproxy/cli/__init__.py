@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "workload": ("kproxy.cli.workload", "workload", "Run a Jepsen-style queue workload with real clients and write its history."),
     "history": ("kproxy.cli.history", "history", "Work with client histories (import Jepsen EDN histories)."),
     "analyze": ("kproxy.cli.analyze", "analyze", "Check a history (and traces) with Spark; write report.json and report.html."),
+    "soak": ("kproxy.cli.soak", "soak", "Soak a proxy under load and rotating faults; check every request's outcome."),
     "demo": ("kproxy.cli.demo", "demo", "Broker, proxy, scenario rules, workload and analysis in one command."),
 }
 

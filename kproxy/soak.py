@@ -1,0 +1,291 @@
+"""The soak: a long run under load and rotating faults, with every request accounted for.
+
+A real `kproxy run` (tracing at level headers) in front of a broker; real
+confluent-kafka producers and consumers keep about `connections` client
+connections busy; the rule file is rewritten every `rotate_s` seconds with
+the next fault action, so over the run every action takes a turn while the
+proxy reloads under traffic. The proxy's RSS and open descriptors are sampled
+throughout. At the end the proxy is stopped with SIGTERM and its trace read
+back: every traced request must have an outcome (answered, unanswered by
+design, or listed by a close event), and the result says how many of each.
+
+docs/reliability.md describes the run and holds the figures of the last one.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kproxy.obs.accounting import account
+from kproxy.obs.trace_files import iter_trace_events
+
+# One rule per phase, cycling. Each stays occasional (every/probability) so
+# clients keep working between the faults, and each action appears at least
+# once in a cycle. Producers send acks=all: the accounting needs no acks=0.
+PHASES: list[tuple[str, dict[str, Any]]] = [
+    ("delay", {"match": {"api": "produce", "probability": 0.2}, "action": {"type": "delay", "ms": 200, "jitter_ms": 100}}),
+    ("duplicate", {"match": {"api": "produce", "every": 10}, "action": {"type": "duplicate", "copies": 1, "spacing_ms": 20}}),
+    ("drop", {"match": {"api": "produce", "every": 200}, "action": {"type": "drop"}}),
+    ("drop_response", {"match": {"api": "produce", "every": 200}, "action": {"type": "drop_response"}}),
+    ("respond", {"match": {"api": "produce", "every": 20}, "action": {"type": "respond", "error": "NOT_LEADER_OR_FOLLOWER"}}),
+    ("replace_error", {"match": {"api": "produce", "every": 20}, "action": {"type": "replace_error", "error": "REQUEST_TIMED_OUT"}}),
+    ("disconnect", {"match": {"api": "fetch", "every": 150}, "action": {"type": "disconnect"}}),
+    ("hold", {"match": {"api": "produce", "every": 50}, "action": {"type": "hold", "until": "client_disconnect", "timeout_ms": 1500, "ghost": True}}),
+    ("rewrite", {"match": {"api": "fetch", "every": 10}, "action": {"type": "rewrite", "field": "fetch_stale_high_watermark", "lag": 1}}),
+    ("disconnect_after", {"match": {"api": "produce", "every": 150}, "action": {"type": "disconnect", "when": "after"}}),
+    ("healthy", {}),
+]
+
+
+def rule_file_text(phase: int, seed: int = 22) -> tuple[str, str]:
+    """The rule file of a phase number (cycling through PHASES), and its action's name."""
+    name, rule = PHASES[phase % len(PHASES)]
+    rules = [{"id": f"soak-{phase}-{name}", **rule}] if rule else []
+    return json.dumps({"version": 1, "seed": seed, "rules": rules}, indent=1), name
+
+
+@dataclass
+class Sample:
+    t: float
+    rss_kib: int
+    fds: int
+    client_connections: int
+
+
+@dataclass
+class SoakResult:
+    duration_s: float
+    clients: int
+    rotations: int
+    actions: list[str]
+    samples: list[Sample] = field(default_factory=list)
+    accounting: dict[str, Any] = field(default_factory=dict)
+    without_outcome: list[dict[str, Any]] = field(default_factory=list)
+    events: int = 0
+    closes_by_reason: dict[str, int] = field(default_factory=dict)
+    client_errors: dict[str, int] = field(default_factory=dict)
+    delivered: int = 0
+    consumed: int = 0
+    proxy_exit: int | None = None
+    proxy_errors: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        rss = [s.rss_kib for s in self.samples]
+        fds = [s.fds for s in self.samples]
+        conns = [s.client_connections for s in self.samples]
+        return {
+            "duration_s": round(self.duration_s, 1),
+            "clients": self.clients,
+            "client_connections": {"median": sorted(conns)[len(conns) // 2] if conns else 0, "max": max(conns, default=0)},
+            "rotations": self.rotations,
+            "actions": self.actions,
+            "rss_mib": {"first": _mib(rss[0]) if rss else None, "max": _mib(max(rss)) if rss else None,
+                        "last": _mib(rss[-1]) if rss else None},
+            "fds": {"first": fds[0] if fds else None, "max": max(fds, default=None), "last": fds[-1] if fds else None},
+            "trace_events": self.events,
+            "requests": self.accounting,
+            "closes_by_reason": self.closes_by_reason,
+            "messages_delivered": self.delivered,
+            "messages_consumed": self.consumed,
+            "client_errors": self.client_errors,
+            "proxy_exit": self.proxy_exit,
+            "proxy_errors": self.proxy_errors[:10],
+        }
+
+
+def _mib(kib: int) -> float:
+    return round(kib / 1024, 1)
+
+
+def _proc_sample(pid: int) -> tuple[int, int]:
+    rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+    return rss, len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def _client_connections(admin_url: str) -> int:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = httpx.get(f"{admin_url}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return -1
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kproxy_connections_open" and sample.labels.get("side") == "client":
+                return int(sample.value)
+    return 0
+
+
+class _Clients:
+    """Producers and consumers on their own threads until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, clients: int, partitions: int) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.stop = threading.Event()
+        self.errors: Counter[str] = Counter()
+        self.delivered = 0
+        self.consumed = 0
+        self.lock = threading.Lock()
+        self.threads = [
+            threading.Thread(target=self._producer if i % 2 == 0 else self._consumer, args=(i,), daemon=True)
+            for i in range(clients)
+        ]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+            time.sleep(0.02)  # a gentler start than all at once
+
+    def join(self, timeout: float) -> None:
+        self.stop.set()
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+
+    def _error(self, err: Any) -> None:
+        name = err.name() if hasattr(err, "name") else str(err)
+        with self.lock:
+            self.errors[name] += 1
+
+    def _producer(self, n: int) -> None:
+        from confluent_kafka import Producer
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is not None:
+                self._error(err)
+            else:
+                with self.lock:
+                    self.delivered += 1
+
+        producer = Producer({
+            "bootstrap.servers": self.bootstrap, "client.id": f"soak-producer-{n}", "acks": "all",
+            "linger.ms": 5, "message.timeout.ms": 30000, "request.timeout.ms": 5000, "retry.backoff.ms": 100,
+            "log_level": 0, "error_cb": self._error,
+        })
+        i = 0
+        while not self.stop.is_set():
+            try:
+                producer.produce(self.topic, key=b"%d" % (n % 16), value=b"%d-%d" % (n, i), on_delivery=delivered)
+            except BufferError:
+                producer.poll(0.1)
+                continue
+            i += 1
+            producer.poll(0.05)
+        producer.flush(10)
+
+    def _consumer(self, n: int) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({
+            "bootstrap.servers": self.bootstrap, "client.id": f"soak-consumer-{n}", "group.id": f"soak-{n}",
+            "enable.auto.commit": False, "fetch.wait.max.ms": 500, "log_level": 0, "error_cb": self._error,
+        })
+        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
+        while not self.stop.is_set():
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                self._error(msg.error())
+            else:
+                with self.lock:
+                    self.consumed += 1
+        consumer.close()
+
+
+def run_soak(
+    work_dir: Path,
+    *,
+    bootstrap: str | None = None,
+    duration_s: float = 600.0,
+    connections: int = 100,
+    rotate_s: float = 30.0,
+    sample_s: float = 5.0,
+    partitions: int = 4,
+    progress: Callable[[str], None] = lambda line: None,
+) -> SoakResult:
+    """Run the soak (starting a broker unless `bootstrap` is given); files go to work_dir."""
+    from kproxy.brokers import start_broker
+    from kproxy.proxy_process import start_proxy
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    broker = None
+    if bootstrap is None:
+        broker = start_broker(log_path=work_dir / "broker.log")
+        bootstrap = broker.bootstrap
+    rules = work_dir / "soak-rules.yaml"  # JSON, which is YAML
+    rules.write_text(rule_file_text(len(PHASES) - 1)[0])  # start healthy
+    traces = work_dir / "traces"
+    proxy = start_proxy(bootstrap, "--traces", str(traces), "--rules", str(rules), log_path=work_dir / "kproxy.log")
+    topic = f"soak-{uuid.uuid4().hex[:8]}"
+    # Measured here: a consumer holds two connections (bootstrap and broker), a producer one.
+    clients = max(2, round(connections / 1.5))
+    result = SoakResult(duration_s=duration_s, clients=clients, rotations=0, actions=[])
+    try:
+        _create_topic(proxy.bootstrap, topic, partitions)
+        workers = _Clients(proxy.bootstrap, topic, clients, partitions)
+        start = time.monotonic()
+        workers.start()
+        next_rotation, next_sample, phase = start, start, 0
+        while (now := time.monotonic()) < start + duration_s:
+            if now >= next_rotation:
+                text, name = rule_file_text(phase)
+                rules.write_text(text)
+                result.actions.append(name)
+                result.rotations += 1
+                phase += 1
+                next_rotation += rotate_s
+            if now >= next_sample:
+                rss, fds = _proc_sample(proxy.process.pid)
+                conns = _client_connections(proxy.admin_url)
+                result.samples.append(Sample(round(now - start, 1), rss, fds, conns))
+                progress(f"{now - start:6.0f}s  rss {rss / 1024:6.1f} MiB  fds {fds:5d}  client connections {conns:4d}  "
+                         f"phase {result.actions[-1]}")
+                next_sample += sample_s
+            time.sleep(0.2)
+            if not proxy.alive():
+                raise RuntimeError(f"kproxy died during the soak:\n{proxy.log_text()[-3000:]}")
+        result.duration_s = time.monotonic() - start
+        workers.join(30)
+        result.client_errors = dict(workers.errors)
+        result.delivered, result.consumed = workers.delivered, workers.consumed
+    finally:
+        result.proxy_exit = proxy.stop(signal.SIGTERM, timeout=60)
+        if broker is not None:
+            broker.stop()
+    log = proxy.log_text()
+    result.proxy_errors = [line for line in log.splitlines() if "internal error" in line or "Traceback" in line]
+    events = list(iter_trace_events(traces))
+    result.events = len(events)
+    accounted = account(events)
+    result.accounting = accounted.summary()
+    result.without_outcome = accounted.without_outcome
+    result.closes_by_reason = dict(Counter(e["close_reason"] for e in events if e.get("direction") == "close"))
+    (work_dir / "soak.json").write_text(json.dumps(
+        {**result.summary(), "samples": [s.__dict__ for s in result.samples],
+         "without_outcome_sample": result.without_outcome[:20]}, indent=1))
+    return result
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=15).values():
+        future.result(20)
