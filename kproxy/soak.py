@@ -48,6 +48,11 @@ PHASES: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+# Each producer sends a message this often: the load is what the proxy should
+# carry on a shared 2-core machine without the broker falling behind.
+SEND_INTERVAL_S = 0.2
+
+
 def rule_file_text(phase: int, seed: int = 22) -> tuple[str, str]:
     """The rule file of a phase number (cycling through PHASES), and its action's name."""
     name, rule = PHASES[phase % len(PHASES)]
@@ -186,7 +191,7 @@ class _Clients:
                 producer.poll(0.1)
                 continue
             i += 1
-            producer.poll(0.05)
+            producer.poll(SEND_INTERVAL_S)
         producer.flush(10)
 
     def _consumer(self, n: int) -> None:
