@@ -195,13 +195,15 @@ class _Clients:
         producer.flush(10)
 
     def _consumer(self, n: int) -> None:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
         consumer = Consumer({
             "bootstrap.servers": self.bootstrap, "client.id": f"soak-consumer-{n}", "group.id": f"soak-{n}",
             "enable.auto.commit": False, "fetch.wait.max.ms": 500, "log_level": 0, "error_cb": self._error,
         })
-        consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
+        # From the end: each consumer reads what is produced during the run, not the
+        # whole log again after every reconnect.
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in range(self.partitions)])
         while not self.stop.is_set():
             msg = consumer.poll(0.5)
             if msg is None:
