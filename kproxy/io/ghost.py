@@ -53,33 +53,38 @@ class GhostLink:
         A delivery that expects a response ends in exactly one call: on_response
         with its answer, or on_close when the link fails first (this call then raises).
         """
-        async with self.lock:
-            if self.sock is None:
-                try:
+        registered = False
+        try:
+            async with self.lock:
+                if self.sock is None:
                     self.sock = await net.connect(self.endpoint.host, self.endpoint.port, self.connect_timeout, self.tls)
-                except BaseException as exc:  # unreachable, or cancelled at shutdown: the delivery is lost
-                    if expects_response:
-                        reason = "proxy_shutdown" if isinstance(exc, trio.Cancelled) else "upstream_unreachable"
-                        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_REPORT_TIMEOUT):
-                            await self.on_close([token], reason)
-                    raise
-                metrics.connections_opened.labels("upstream").inc()
-                metrics.connections_open.labels("upstream").inc()
-                nursery.start_soon(self._read, self.sock)
-            corr = next(self._ids)
-            data = bytearray(frame)
-            _I32.pack_into(data, 8, corr)  # after length (4), api key (2), version (2)
-            if expects_response:
-                self.pending[corr] = token
-            try:
-                await net.send_all(self.sock, bytes(data))
-            except OSError as exc:
-                # This delivery and every one still awaiting an answer on the
-                # link are lost with it (reported by _close).
-                await self._close(self.sock, "upstream_closed")
-                raise OSError(f"ghost delivery to {self.endpoint} failed: {exc}") from exc
-            metrics.ghost_deliveries.inc()
-            return corr
+                    metrics.connections_opened.labels("upstream").inc()
+                    metrics.connections_open.labels("upstream").inc()
+                    nursery.start_soon(self._read, self.sock)
+                sock = self.sock
+                corr = next(self._ids)
+                data = bytearray(frame)
+                _I32.pack_into(data, 8, corr)  # after length (4), api key (2), version (2)
+                if expects_response:
+                    self.pending[corr] = token
+                    registered = True
+                try:
+                    await net.send_all(sock, bytes(data))
+                except OSError as exc:
+                    # This delivery and every one still awaiting an answer on the
+                    # link are lost with it (reported by _close).
+                    await self._close(sock, "upstream_closed")
+                    raise OSError(f"ghost delivery to {self.endpoint} failed: {exc}") from exc
+                metrics.ghost_deliveries.inc()
+                return corr
+        except BaseException as exc:
+            # Lost before the link knew of it: unreachable, or cancelled (shutdown) while
+            # waiting for the link. Reported here, as the link reports what it loses.
+            if expects_response and not registered:
+                reason = "proxy_shutdown" if isinstance(exc, trio.Cancelled) else "upstream_unreachable"
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_REPORT_TIMEOUT):
+                    await self.on_close([token], reason)
+            raise
 
     async def _close(self, sock: trio.socket.SocketType, reason: str) -> None:
         """Close the link's socket (once) and report the deliveries it leaves unanswered."""
