@@ -195,7 +195,7 @@ def test_bad_broker_certificate_costs_only_that_client(
     proxy = proxy_factory(*tls_args(pki), "--upstream", secure_broker.bootstrap, upstream=bad)
     settings = ssl_client(pki)
     with pytest.raises(KafkaException):
-        list_topics(proxy.bootstrap, settings, timeout=3)
+        list_topics(proxy.bootstrap, settings, timeout=2)
     wait_until(
         lambda: metric_value(proxy, "kproxy_tls_handshake_failures_total", side="upstream", reason=reason) >= 1,
         what=f"a counted {reason} failure",
@@ -215,7 +215,7 @@ def test_plaintext_and_tls_mixups_are_closed_with_a_clear_line(proxy_factory, br
     """A plaintext client on a TLS listener, and a TLS client on a plaintext one: closed, logged, the proxy lives."""
     tls_proxy = proxy_factory(*tls_args(pki), upstream=secure_broker.bootstrap)
     with pytest.raises(KafkaException):
-        list_topics(tls_proxy.bootstrap, {}, timeout=3)
+        list_topics(tls_proxy.bootstrap, {}, timeout=1.5)
     wait_until(
         lambda: metric_value(tls_proxy, "kproxy_tls_handshake_failures_total", side="client", reason="not_tls") >= 1,
         what="a counted plaintext client",
@@ -226,7 +226,7 @@ def test_plaintext_and_tls_mixups_are_closed_with_a_clear_line(proxy_factory, br
 
     plain_proxy = proxy_factory()  # in front of the plaintext broker
     with pytest.raises(KafkaException):
-        list_topics(plain_proxy.bootstrap, ssl_client(pki), timeout=3)
+        list_topics(plain_proxy.bootstrap, ssl_client(pki), timeout=1.5)
     wait_until(lambda: "client sent a TLS handshake to a plaintext listener" in plain_proxy.log_text(),
                what="the TLS-on-plaintext log line")
     assert list_topics(plain_proxy.bootstrap, {}).brokers
