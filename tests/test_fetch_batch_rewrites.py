@@ -163,3 +163,11 @@ def test_bad_rewrite_parameters_name_file_and_line(field: str, extra: str, messa
         load_rule_text(RULE.format(field=field, extra=extra), "r.yaml")
     text = str(info.value)
     assert "r.yaml:" in text and message in text
+
+
+def test_the_trace_sees_the_no_op_marker_as_a_control_record() -> None:
+    from kproxy.protocol.record_views import _record_views
+
+    records = encode_batch(data_batch(0, 2, pid=7)) + encode_batch(marker("abort", 2, pid=7))
+    views = _record_views(decode_batches(hide_aborted(records, (), end_marker=True)), with_offsets=True)
+    assert [(v["offset"], v["control"], v["producer_id"]) for v in views] == [(1, "unknown", 7)]

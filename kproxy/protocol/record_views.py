@@ -67,7 +67,9 @@ def _record_views(batches: Iterable[RecordBatch], with_offsets: bool) -> list[di
                     "offset": record.offset if with_offsets else None,
                     "key": payload_text(record.key),
                     "value": payload_text(record.value),
-                    "control": control_type_of(record.key) if batch.is_control else None,
+                    # A control record of a type data logs give no meaning (the no-op
+                    # marker of fetch_hide_aborted) is still no data record.
+                    "control": (control_type_of(record.key) or "unknown") if batch.is_control else None,
                     "producer_id": batch.producer_id,
                     "producer_epoch": batch.producer_epoch,
                     "sequence": batch.sequence_of(record),
