@@ -300,3 +300,25 @@ def test_tls_towards_brokers_only(proxy_factory, secure_broker, pki, topic_name)
     assert all(d.ok for d in send(producer(proxy.bootstrap), topic_name, ["plain-in-tls-out"]))
     assert [c.value for c in read_partition(proxy.bootstrap, topic_name, want=1)] == ["plain-in-tls-out"]
     assert handshake_failures(proxy, "upstream") == 0
+
+
+def test_mutual_tls_towards_the_broker(proxy_factory, pki, topic_name, tmp_path) -> None:
+    """A broker that requires client certificates: kproxy presents --upstream-cert/--upstream-key;
+    without them the broker refuses it, and that client's connection closes with the reason logged."""
+    with tls_broker(tmp_path, pki, require_client_cert=True) as strict:
+        proxy = proxy_factory(
+            *tls_args(pki, "--upstream-cert", str(pki.client.cert), "--upstream-key", str(pki.client.key)),
+            upstream=strict.bootstrap,
+        )
+        settings = ssl_client(pki)
+        create_topic_tls(proxy.bootstrap, topic_name, settings)
+        assert all(d.ok for d in send(producer(proxy.bootstrap, **settings), topic_name, ["with-cert"]))
+
+        anonymous = proxy_factory(*tls_args(pki), upstream=strict.bootstrap)
+        with pytest.raises(KafkaException):
+            list_topics(anonymous.bootstrap, settings, timeout=2)
+        # TLS 1.3: the broker checks the client's certificate after the handshake, so its refusal
+        # (an alert) ends the first read or the handshake, whichever sees it.
+        wait_until(lambda: f"broker {strict.bootstrap} connection failed: TLS connection failed" in anonymous.log_text()
+                   and "CERTIFICATE_REQUIRED" in anonymous.log_text(), what="the broker's refusal in the log")
+        assert anonymous.alive() and proxy.alive()

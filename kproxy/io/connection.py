@@ -459,7 +459,9 @@ class ClientConnection:
             except relay.SourceFailed as exc:
                 raise ConnectionClosed("client_closed", f"client read failed: {exc}") from None
             except relay.SinkFailed as exc:
-                raise ConnectionClosed("upstream_closed", f"broker connection failed while sending: {exc}") from None
+                raise ConnectionClosed(
+                    "upstream_closed", f"broker {self.upstream_endpoint} connection failed while sending: {exc}"
+                ) from None
             _REQUEST_BYTES.inc(rest)
         finally:
             lock.release()
@@ -505,7 +507,9 @@ class ClientConnection:
         try:
             await net.send_all(sock, data)
         except OSError as exc:
-            raise ConnectionClosed("upstream_closed", f"broker connection failed while sending: {exc}") from None
+            raise ConnectionClosed(
+                "upstream_closed", f"broker {self.upstream_endpoint} connection failed while sending: {exc}"
+            ) from None
 
     # ------------------------------------------------------------------ broker -> client
 
@@ -535,7 +539,9 @@ class ClientConnection:
         try:
             data = await upstream.recv(recv_size)
         except OSError as exc:
-            raise ConnectionClosed("upstream_closed", f"broker connection failed: {exc}") from None
+            raise ConnectionClosed(
+                "upstream_closed", f"broker {self.upstream_endpoint} connection failed: {exc}"
+            ) from None
         if not data:
             raise ConnectionClosed("upstream_closed", f"broker {self.upstream_endpoint} closed the connection")
         _RESPONSE_BYTES.inc(len(data))
@@ -651,7 +657,9 @@ class ClientConnection:
                 "upstream_closed", f"broker {self.upstream_endpoint} closed the connection inside a response"
             ) from None
         except relay.SourceFailed as exc:
-            raise ConnectionClosed("upstream_closed", f"broker connection failed: {exc}") from None
+            raise ConnectionClosed(
+                "upstream_closed", f"broker {self.upstream_endpoint} connection failed: {exc}"
+            ) from None
         except relay.SinkFailed as exc:
             raise ConnectionClosed("client_closed", f"client connection failed while sending: {exc}") from None
         _RESPONSE_BYTES.inc(n)
