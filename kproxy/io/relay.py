@@ -28,6 +28,8 @@ CHUNK_BYTES = 1024 * 1024
 # Buffers kept for reuse between frames; more are made while more frames
 # move at once, and dropped after.
 POOL_SIZE = 4
+# Over TLS: bytes gathered from the source before one write (see _move_through).
+GATHER_BYTES = 64 * 1024
 # Chunks moved without blocking before yielding to other tasks.
 YIELD_EVERY_CHUNKS = 4
 
@@ -106,8 +108,17 @@ async def _move(src: trio.socket.SocketType, dst: trio.socket.SocketType, n: int
 
 
 async def _move_through(src: trio.socket.SocketType | TlsSocket, dst: trio.socket.SocketType | TlsSocket, n: int) -> None:
-    """As _move, through the sides' own reads and writes (one of them speaks TLS)."""
+    """As _move, through the sides' own reads and writes (one of them speaks TLS).
+
+    Reads come as the bytes arrive, often a TLS record or two of a few KiB;
+    each write costs a TLS record and a system call, so reads are gathered
+    up to GATHER_BYTES before one write. The frame's last bytes still go out
+    the moment they arrive, and the peer cannot act on a frame before its
+    last byte, so gathering delays nothing it can use.
+    """
     reader = net.reader(src)
+    gathered: list[bytes] = []
+    size = 0
     while n:
         try:
             data = await reader.recv(min(n, CHUNK_BYTES))
@@ -116,7 +127,12 @@ async def _move_through(src: trio.socket.SocketType | TlsSocket, dst: trio.socke
         if not data:
             raise EOFError("the peer closed the connection inside a frame")
         n -= len(data)
-        try:
-            await net.send_all(dst, data)
-        except OSError as exc:
-            raise SinkFailed(str(exc)) from None
+        gathered.append(data)
+        size += len(data)
+        if size >= GATHER_BYTES or not n:
+            try:
+                await net.send_all(dst, gathered[0] if len(gathered) == 1 else b"".join(gathered))
+            except OSError as exc:
+                raise SinkFailed(str(exc)) from None
+            gathered = []
+            size = 0
