@@ -48,6 +48,12 @@ class WorkloadProfile:
     duration: float = 20.0
     crash_probability: float = 0.0
     max_txn_length: int = 4
+    key_count: int = 4
+
+
+def profile_for(scenario: str) -> WorkloadProfile:
+    """The workload a scenario runs with (PROFILES, else the default)."""
+    return PROFILES.get(scenario, WorkloadProfile())
 
 
 # Scenarios whose faults need something other than the default profile.
@@ -113,6 +119,7 @@ def run_demo(
     topic_prefix: str | None = None,
     spark: Any = None,
     client: str = "confluent-kafka",
+    profile: WorkloadProfile | None = None,
 ) -> DemoResult:
     """Run one scenario end to end and return its report.
 
@@ -121,6 +128,7 @@ def run_demo(
     under the scenario's name and workload profile (a shrunk rule file, say).
     spark: an existing SparkSession for the analysis (tests share one).
     client: the workload's client library (kproxy.workload.config.CLIENTS).
+    profile: the workload instead of the scenario's (`duration` still applies).
     """
     from kproxy.workload.config import WorkloadConfig
     from kproxy.workload.runner import run_workload
@@ -133,6 +141,9 @@ def run_demo(
             raise ValueError(f"unknown scenario {scenario!r}; choose one of: {', '.join(available)}")
         rules = available[scenario]
     else:
+        from kproxy.faults.loader import load_rule_file
+
+        load_rule_file(rules_file)  # a bad file fails here with file and line, before anything starts
         rules = rules_file
     kind = None if bootstrap is not None else (broker or DEFAULT_BROKER)
     identity: BrokerIdentity | None = None
@@ -143,7 +154,7 @@ def run_demo(
         assert bootstrap is not None
         identity = identify(bootstrap)  # an unreachable or unreadable broker fails now too
     prefix = topic_prefix or fresh_topic_prefix()
-    profile = PROFILES.get(scenario, WorkloadProfile())
+    profile = profile or profile_for(scenario)
     if duration is not None:
         profile = replace(profile, duration=duration)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +175,8 @@ def run_demo(
     try:
         if identity is None:
             identity = identify(upstream)
-        say(f"[2/4] starting kproxy with rules/{rules.name}{' in guard mode' if guard else ''}")
+        shown = f"rules/{rules.name}" if rules_file is None else str(rules)
+        say(f"[2/4] starting kproxy with {shown}{' in guard mode' if guard else ''}")
         args = ["--rules", str(rules), "--seed", str(seed), "--traces", str(traces), "--trace-level", "records"]
         if guard:
             args.append("--guard")
@@ -184,6 +196,7 @@ def run_demo(
                 abort_probability=profile.abort_probability,
                 crash_probability=profile.crash_probability,
                 max_txn_length=profile.max_txn_length,
+                key_count=profile.key_count,
                 topic_prefix=prefix,
             )
             run_workload(config, history, progress=progress)

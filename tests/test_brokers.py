@@ -17,6 +17,9 @@ from kproxy.brokers.identify import identify
 from kproxy.demo import run_demo
 
 SOFTWARE = {"tansu": "tansu", "noida": "noida-db"}
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "rules"
+REPRODUCERS = ROOT / "scripts" / "repro"
 
 
 def _unrunnable_binary(tmp_path: Path) -> Path:
@@ -95,7 +98,7 @@ def test_the_healthy_scenario_on_each_embedded_broker_blames_no_rule(any_broker:
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_kproxy_demo_runs_against_a_broker_it_did_not_start(tmp_path):
     port = free_port()
     broker = subprocess.Popen([sys.executable, "-m", "kproxy", "broker", "--kind", "noida", "--port", str(port)],
@@ -105,10 +108,12 @@ def test_kproxy_demo_runs_against_a_broker_it_did_not_start(tmp_path):
         out = tmp_path / "demo"
         done = subprocess.run(
             [sys.executable, "-m", "kproxy", "demo", "--bootstrap", f"127.0.0.1:{port}", "--scenario", "healthy",
-             "--duration", "3", "--no-progress", "--out", str(out)],
-            capture_output=True, text=True, timeout=200)
+             "--rules", str(RULES / "healthy.yaml"), "--processes", "2", "--duration", "3", "--no-progress",
+             "--out", str(out)],
+            capture_output=True, text=True, timeout=400)
         assert done.returncode in (0, 1), done.stderr
         assert f"using the broker at 127.0.0.1:{port}: noida-db 0.2.2" in done.stdout
+        assert "(transactional, 2 confluent-kafka processes, seed 1)" in done.stdout
         assert f"broker: noida-db 0.2.2 at 127.0.0.1:{port}, 1 node, not started by kproxy" in done.stdout
         report = json.loads((out / "report.json").read_text())
         assert report["broker"]["software"] == "noida-db" and report["broker"]["started_by_kproxy"] is False
@@ -118,7 +123,6 @@ def test_kproxy_demo_runs_against_a_broker_it_did_not_start(tmp_path):
         stop_process(broker)
 
 
-REPRODUCERS = Path(__file__).resolve().parent.parent / "scripts" / "repro"
 
 
 @pytest.mark.parametrize("script, shows_on", [("aborted_read", "tansu"), ("stale_aborted_entry", "noida")])
@@ -133,3 +137,34 @@ def test_the_wire_tells_apache_kafka_and_its_transaction_version(kafka_broker):
     assert who.software == "Apache Kafka" and who.nodes == 1
     assert who.features["metadata.version"] > 0
     assert "transaction.version=" in who.basis  # 4.x: the feature that decides whether a stale EndTxn is fenced
+
+
+def test_kproxy_demo_refuses_a_bad_rule_file_with_its_line_before_starting_anything(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nrules:\n  - id: x\n    action: delay\n    bogus: 1\n")
+    done = subprocess.run([sys.executable, "-m", "kproxy", "demo", "--rules", str(bad), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"{bad}:5: rules[0].bogus" in done.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_kproxy_bench_runs_its_plain_paths_on_noida(tmp_path):
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "kproxy", "bench", "--broker", "noida", "--rounds", "1", "--batched-records", "2000",
+         "--small-records", "500", "--latency-seconds", "0.3", "--consume-passes", "1", "--no-memory",
+         "--out", str(out), "--work-dir", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert set(result["paths"]) == {"direct", "proxy"}
+    assert all(path["batched_produce"]["records_per_s"] > 0 for path in result["paths"].values())
+    assert "noida-db" in (tmp_path / "work" / "broker.log").read_text()
+
+
+def test_kproxy_bench_keeps_haproxy_paths_on_tansu():
+    run = subprocess.run([sys.executable, "-m", "kproxy", "bench", "--broker", "noida", "--reference"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "--reference and --tls run on tansu" in run.stderr

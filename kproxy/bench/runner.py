@@ -36,7 +36,8 @@ REFERENCE = "haproxy"  # the reference path's name in results
 
 @dataclass
 class BenchConfig:
-    bootstrap: str | None = None  # None: start the embedded broker
+    bootstrap: str | None = None  # None: start an embedded broker of kind `broker`
+    broker: str = "tansu"
     rounds: int = 3
     batched_records: int = 40_000  # 1 KiB each
     consume_passes: int = 12  # the consume run reads the batched records this many times
@@ -132,7 +133,7 @@ def _environment(config: BenchConfig) -> Iterator[tuple[str, dict[str, Any]]]:
             workloads.set_client_security({"security.protocol": "SSL", "ssl.ca.location": str(pki.ca)})
             stack.callback(workloads.set_client_security, {})
         elif config.bootstrap is None:
-            broker = start_broker(log_path=work / "broker.log")
+            broker = start_broker(kind=config.broker, log_path=work / "broker.log")
             stack.callback(broker.stop)
             bootstrap = broker.bootstrap
         else:

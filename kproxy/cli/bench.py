@@ -14,12 +14,16 @@ from pathlib import Path
 import click
 
 from kproxy.bench.analysis import DEFAULT_TIMEOUT_S, TRACE_MODES, default_work_dir, parse_sizes
+from kproxy.brokers import KINDS
 
 
 @click.group(invoke_without_command=True, subcommand_metavar="[COMMAND [ARGS]...]",
              context_settings={"max_content_width": 100})
 @click.option("--bootstrap", default=None, metavar="HOST:PORT",
               help="Benchmark against this broker instead of starting the embedded one.")
+@click.option("--broker", "broker_kind", type=click.Choice(list(KINDS)), default="tansu", show_default=True,
+              help="Embedded broker to start when there is no --bootstrap. --reference and --tls need tansu "
+                   "(they put HAProxy in front of it, which needs a broker that advertises another port).")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 50),
               help="Rounds; each runs every path (direct first, then proxy, then reversed next round).")
 @click.option("--batched-records", default=40_000, show_default=True, type=click.IntRange(100),
@@ -51,7 +55,7 @@ from kproxy.bench.analysis import DEFAULT_TIMEOUT_S, TRACE_MODES, default_work_d
               help="Keep broker/proxy logs and traces here (default: a temporary directory).")
 @click.option("--strict", is_flag=True, help="Exit 1 if any target is missed.")
 @click.pass_context
-def bench(ctx, bootstrap, rounds, batched_records, consume_passes, small_records, rate, latency_seconds,  # noqa: ANN001
+def bench(ctx, bootstrap, broker_kind, rounds, batched_records, consume_passes, small_records, rate, latency_seconds,  # noqa: ANN001
           trace_levels, reference, tls, no_memory, out, plot, work_dir, strict) -> None:
     """Measure the proxy against a direct connection, side by side in one run.
 
@@ -80,6 +84,9 @@ def bench(ctx, bootstrap, rounds, batched_records, consume_passes, small_records
     from kproxy.bench.runner import BenchConfig, run_bench
     from kproxy.brokers import BrokerError
 
+    if broker_kind != "tansu" and (bootstrap is not None or reference or tls):
+        raise click.UsageError("--broker applies to the plain paths without --bootstrap; --reference and --tls run "
+                               "on tansu")
     if tls:
         if bootstrap is not None:
             raise click.UsageError("--tls starts its own broker behind a TLS terminator; it cannot use --bootstrap")
@@ -92,7 +99,7 @@ def bench(ctx, bootstrap, rounds, batched_records, consume_passes, small_records
         except BrokerError as exc:
             raise click.UsageError(str(exc)) from exc
     config = BenchConfig(
-        bootstrap=bootstrap, rounds=rounds, batched_records=batched_records, consume_passes=consume_passes,
+        bootstrap=bootstrap, broker=broker_kind, rounds=rounds, batched_records=batched_records, consume_passes=consume_passes,
         small_records=small_records,
         rate=rate, latency_seconds=latency_seconds, trace_levels=tuple(trace_levels), reference=reference,
         memory_check=not no_memory, work_dir=work_dir, tls=tls,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from kproxy.brokers import KINDS
-from kproxy.demo import DEFAULT_BROKER, DEFAULT_SCENARIO, run_demo, scenarios
+from kproxy.demo import DEFAULT_BROKER, DEFAULT_SCENARIO, profile_for, run_demo, scenarios
 from kproxy.workload.config import CLIENTS
 
 
@@ -23,6 +24,14 @@ from kproxy.workload.config import CLIENTS
                    "its own kproxy-demo-* topics and touches nothing else.")
 @click.option("--client", type=click.Choice(CLIENTS), default="confluent-kafka", show_default=True,
               help="Client library of the workload (java: Apache Kafka's own, the one with transaction version 2).")
+@click.option("--rules", "rules_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Run this rule file instead of the scenario's (a shrunk one, say); the scenario still "
+                   "chooses the workload.")
+@click.option("--processes", type=click.IntRange(1), default=None,
+              help="Workload processes (default: the scenario's, 3).")
+@click.option("--max-txn-length", type=click.IntRange(1), default=None,
+              help="Most micro-ops in one send or transaction (default: the scenario's).")
+@click.option("--keys", type=click.IntRange(1), default=None, help="Keys in play at once (default: 4).")
 @click.option("--guard", is_flag=True, help="Run the proxy in guard mode (refuse hazardous deliveries).")
 @click.option("--seed", default=1, show_default=True, type=int, help="Seed for the workload and the rules.")
 @click.option("--duration", type=float, default=None,
@@ -33,7 +42,7 @@ from kproxy.workload.config import CLIENTS
               help="Where scenario files live (default: the rules/ folder of the source tree).")
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def demo(scenario, broker_kind, bootstrap, client, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
+def demo(scenario, broker_kind, bootstrap, client, rules_file, processes, max_txn_length, keys, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
     """Start a broker (or use --bootstrap) and the proxy with a scenario's rules,
     run the workload, analyse history and traces, and print what went wrong
     and why.
@@ -58,11 +67,22 @@ def demo(scenario, broker_kind, bootstrap, client, guard, seed, duration, out_di
         raise click.BadParameter(f"unknown scenario; choose one of: {', '.join(available)}", param_hint="--scenario")
     if out_dir is None:
         out_dir = Path("demo-out") / f"{scenario}{'-guard' if guard else ''}-{time.strftime('%Y%m%dT%H%M%S')}"
+    if rules_file is not None:
+        from kproxy.faults.errors import RuleFileError
+        from kproxy.faults.loader import load_rule_file
+
+        try:
+            load_rule_file(rules_file)
+        except RuleFileError as exc:
+            raise click.UsageError(str(exc)) from None
+    profile = profile_for(scenario)
+    overrides = {"concurrency": processes, "max_txn_length": max_txn_length, "key_count": keys}
+    profile = replace(profile, **{k: v for k, v in overrides.items() if v is not None})
     try:
         result = run_demo(
             scenario, out_dir, guard=guard, seed=seed, duration=duration, rules_directory=rules_dir,
             say=lambda line: click.echo(line), progress=not no_progress,
-            broker=broker_kind, bootstrap=bootstrap, client=client,
+            broker=broker_kind, bootstrap=bootstrap, client=client, rules_file=rules_file, profile=profile,
         )
     except Exception as exc:  # report, don't dump a trace at a new user
         click.echo(f"demo failed: {exc}", err=True)
