@@ -168,3 +168,19 @@ def test_kproxy_bench_keeps_haproxy_paths_on_tansu():
     run = subprocess.run([sys.executable, "-m", "kproxy", "bench", "--broker", "noida", "--reference"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and "--reference and --tls run on tansu" in run.stderr
+
+
+@pytest.mark.parametrize("bootstrap", ["127.0.0.1", "a:1,b:2", "host:0"])
+def test_kproxy_demo_takes_one_host_port_as_bootstrap(bootstrap):
+    done = subprocess.run([sys.executable, "-m", "kproxy", "demo", "--bootstrap", bootstrap],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "is not one HOST:PORT" in done.stderr
+
+
+def test_kproxy_demo_fails_at_once_where_no_broker_answers(tmp_path):
+    port = free_port()
+    done = subprocess.run([sys.executable, "-m", "kproxy", "demo", "--bootstrap", f"127.0.0.1:{port}",
+                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert f"cannot connect to the broker at 127.0.0.1:{port}" in done.stderr
+    assert not (tmp_path / "o").exists()

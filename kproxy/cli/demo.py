@@ -62,7 +62,7 @@ def demo(scenario, broker_kind, bootstrap, client, rules_file, processes, max_tx
     if broker_kind is not None and bootstrap is not None:
         raise click.UsageError("--broker starts a broker and --bootstrap names one: give one of them")
     if bootstrap is not None and not _is_host_port(bootstrap):
-        raise click.BadParameter(f"{bootstrap!r} is not HOST:PORT", param_hint="--bootstrap")
+        raise click.BadParameter(f"{bootstrap!r} is not one HOST:PORT", param_hint="--bootstrap")
     if scenario not in available:
         raise click.BadParameter(f"unknown scenario; choose one of: {', '.join(available)}", param_hint="--scenario")
     if out_dir is None:
@@ -91,6 +91,6 @@ def demo(scenario, broker_kind, bootstrap, client, rules_file, processes, max_tx
 
 
 def _is_host_port(text: str) -> bool:
-    first = text.split(",")[0]
-    host, sep, port = first.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+    # One address: the proxy learns every other broker from its metadata.
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and "," not in host and port.isdigit() and 0 < int(port) < 65536)
