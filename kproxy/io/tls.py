@@ -294,7 +294,7 @@ async def _handshake(
     try:
         with trio.fail_after(timeout):
             await stream.do_handshake()
-    except (trio.TooSlowError, trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
+    except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, OSError) as exc:
         sock.close()
         reason, message = classify(exc)
         raise TlsHandshakeError(reason, message) from None
