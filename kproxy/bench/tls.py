@@ -111,7 +111,9 @@ defaults
     timeout server 120s
 frontend kafka_tls
     bind {host}:{port} ssl crt {crt}{verify}
-    default_backend broker
+    # Only a client that names the broker as it advertises itself (SNI) reaches it:
+    # every connection through kproxy then shows that kproxy sends that name.
+    use_backend broker if {{ ssl_fc_sni -m str localhost }}
 frontend kafka_impostor
     bind {host}:{impostor_port} ssl crt {impostor_crt}
     default_backend broker
