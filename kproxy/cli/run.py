@@ -90,7 +90,8 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 @click.option("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES, show_default=True,
               help="Close a connection that announces a larger frame (Kafka's socket.request.max.bytes).")
 @click.option("--connect-timeout", type=float, default=10.0, show_default=True,
-              help="Seconds to wait for a broker connection before disconnecting the client.")
+              help="Seconds to wait for a broker connection before disconnecting the client; also the "
+                   "longest a TLS handshake may take, with a client or a broker.")
 @click.option("--idle-timeout", type=click.FloatRange(min=0), default=600.0, show_default=True, metavar="SECONDS",
               help="Close a client connection that sent nothing and awaited no answer this long, as a broker does "
                    "after connections.max.idle.ms. A connection that never sends a first request is closed after "
