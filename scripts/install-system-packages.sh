@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages the tests use: kcat (a third real client), prometheus
-# (the dashboards are checked against a real Prometheus) and haproxy (the
-# benchmark's reference proxy). A JDK 17 (Spark; Apache Kafka and the javac
+# (the dashboards are checked against a real Prometheus), haproxy (the
+# benchmark's reference proxy, and the TLS terminator of the TLS tests) and
+# openssl (their certificates). A JDK 17 (Spark; Apache Kafka and the javac
 # that builds the Java client's bridge) and Maven (fetches Kafka's jars from
 # Maven Central) are expected on the machine; they are installed if missing.
 set -euo pipefail
@@ -9,6 +10,7 @@ need=()
 command -v kcat >/dev/null || need+=(kcat)
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v haproxy >/dev/null || need+=(haproxy)
+command -v openssl >/dev/null || need+=(openssl)
 command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need+=(maven)
 [ ${#need[@]} -eq 0 ] && exit 0
