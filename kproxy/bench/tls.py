@@ -57,7 +57,10 @@ class Pki:
 
 
 def _openssl(*args: str, cwd: Path) -> None:
-    result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    try:
+        result = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise BrokerError("certificates for TLS are made with openssl: install Debian's openssl package") from None
     if result.returncode != 0:
         raise BrokerError(f"openssl {' '.join(args[:2])} failed: {result.stderr.strip()}")
 
