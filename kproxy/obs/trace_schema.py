@@ -34,7 +34,7 @@ RECORD = (
     Field("offset", "long", "absolute offset; null in a Produce request (not assigned yet)"),
     Field("key", "string", "record key: UTF-8 text, or 'b64:' + base64 when not valid UTF-8; null if none"),
     Field("value", "string", "record value, encoded like key"),
-    Field("control", "string", "'commit' or 'abort' for a control record (transaction marker), else null"),
+    Field("control", "string", "'commit' or 'abort' for a control record (transaction marker), 'unknown' for a control record of another type, else null"),
     Field("producer_id", "long", "producer id of the record's batch"),
     Field("producer_epoch", "int", "producer epoch of the record's batch"),
     Field("sequence", "int", "base sequence + offset delta (idempotent producers), else -1"),
