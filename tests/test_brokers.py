@@ -184,3 +184,39 @@ def test_kproxy_demo_fails_at_once_where_no_broker_answers(tmp_path):
     assert done.returncode == 3
     assert f"cannot connect to the broker at 127.0.0.1:{port}" in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def _fetches_on_an_empty_partition(bootstrap: str, seconds: float) -> int:
+    """Fetch requests one consumer sends in `seconds` to a partition with nothing to read."""
+    import uuid
+
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"t-empty-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    counted: list[int] = []
+
+    def on_stats(text: str) -> None:
+        brokers = json.loads(text)["brokers"].values()
+        counted.append(sum(b["req"].get("Fetch", 0) for b in brokers if b["nodeid"] >= 0))
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "fetch.wait.max.ms": 500,
+                         "statistics.interval.ms": 500, "stats_cb": on_stats})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        consumer.poll(0.1)
+    consumer.poll(0.6)  # one more statistics report
+    consumer.close()
+    return max(counted, default=0)
+
+
+def test_noida_answers_an_empty_fetch_at_once_and_tansu_waits(any_broker: EmbeddedBroker):
+    fetches = _fetches_on_an_empty_partition(any_broker.bootstrap, 2.0)
+    # With MaxWaitMs 500 a broker that waits answers about 4 times in 2 s; noida answers thousands.
+    if any_broker.kind == "noida":
+        assert fetches > 500
+    else:
+        assert 0 < fetches < 50
