@@ -15,6 +15,7 @@ docs/reliability.md describes the run and holds the figures of the last one.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -66,6 +67,8 @@ class Sample:
     rss_kib: int
     fds: int
     client_connections: int
+    cpu_s: float = 0.0  # the proxy's CPU time so far (user + system)
+    load1: float = 0.0  # the machine's 1-minute load average
 
 
 @dataclass
@@ -98,6 +101,9 @@ class SoakResult:
             "rss_mib": {"first": _mib(rss[0]) if rss else None, "max": _mib(max(rss)) if rss else None,
                         "last": _mib(rss[-1]) if rss else None},
             "fds": {"first": fds[0] if fds else None, "max": max(fds, default=None), "last": fds[-1] if fds else None},
+            "proxy_cpu_share": round((self.samples[-1].cpu_s - self.samples[0].cpu_s)
+                                     / max(self.samples[-1].t - self.samples[0].t, 1e-9), 2) if len(self.samples) > 1 else None,
+            "load_average_median": sorted(s.load1 for s in self.samples)[len(self.samples) // 2] if self.samples else None,
             "trace_events": self.events,
             "requests": self.accounting,
             "closes_by_reason": self.closes_by_reason,
@@ -113,12 +119,15 @@ def _mib(kib: int) -> float:
     return round(kib / 1024, 1)
 
 
-def _proc_sample(pid: int) -> tuple[int, int]:
+def _proc_sample(pid: int) -> tuple[int, int, float]:
+    """RSS (KiB), open descriptors and CPU seconds of a process."""
     rss = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             rss = int(line.split()[1])
-    return rss, len(list(Path(f"/proc/{pid}/fd").iterdir()))
+    stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return rss, len(list(Path(f"/proc/{pid}/fd").iterdir())), cpu
 
 
 def _client_connections(admin_url: str) -> int:
@@ -203,7 +212,8 @@ class _Clients:
         })
         # From the end: each consumer reads what is produced during the run, not the
         # whole log again after every reconnect.
-        consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in range(self.partitions)])
+        # One partition each, as a group would share them out.
+        consumer.assign([TopicPartition(self.topic, n // 2 % self.partitions, OFFSET_END)])
         while not self.stop.is_set():
             msg = consumer.poll(0.5)
             if msg is None:
@@ -259,11 +269,12 @@ def run_soak(
                 phase += 1
                 next_rotation += rotate_s
             if now >= next_sample:
-                rss, fds = _proc_sample(proxy.process.pid)
+                rss, fds, cpu = _proc_sample(proxy.process.pid)
                 conns = _client_connections(proxy.admin_url)
-                result.samples.append(Sample(round(now - start, 1), rss, fds, conns))
+                load1 = os.getloadavg()[0]
+                result.samples.append(Sample(round(now - start, 1), rss, fds, conns, cpu, load1))
                 progress(f"{now - start:6.0f}s  rss {rss / 1024:6.1f} MiB  fds {fds:5d}  client connections {conns:4d}  "
-                         f"phase {result.actions[-1]}")
+                         f"proxy cpu {cpu:7.1f}s  load {load1:5.1f}  phase {result.actions[-1]}")
                 next_sample += sample_s
             time.sleep(0.2)
             if not proxy.alive():
