@@ -220,3 +220,25 @@ def test_noida_answers_an_empty_fetch_at_once_and_tansu_waits(any_broker: Embedd
         assert fetches > 500
     else:
         assert 0 < fetches < 50
+
+
+def test_cluster_facts_read_from_metadata_match_describe_cluster(any_broker: EmbeddedBroker):
+    # A broker without DescribeCluster is read through Metadata instead; both must tell the same cluster.
+    from kproxy.brokers.identify import _api_versions, _cluster, _Connection
+    from kproxy.protocol import apis
+
+    conn = _Connection(any_broker.host, any_broker.port, 5.0)
+    try:
+        table = {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in _api_versions(conn).api_keys}
+        assert apis.DESCRIBE_CLUSTER in table
+        described = _cluster(conn, table)
+        without = {key: versions for key, versions in table.items() if key != apis.DESCRIBE_CLUSTER}
+        assert _cluster(conn, without) == described
+    finally:
+        conn.close()
+
+
+def test_kproxy_broker_refuses_to_advertise_what_noida_cannot():
+    done = subprocess.run([sys.executable, "-m", "kproxy", "broker", "--kind", "noida", "--port", "0",
+                           "--advertise", "broker.example"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "noida-db advertises the address it listens on" in done.stderr
