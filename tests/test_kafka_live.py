@@ -10,12 +10,17 @@ trace), not from what the clients believe.
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from kproxy.brokers import free_port, wait_for_port
 from kproxy.brokers.kafka import KafkaBroker
 from kproxy.demo import run_demo
 from kproxy.proxy_process import running_proxy
@@ -167,3 +172,19 @@ def test_the_analysis_blames_the_rule_for_librdkafkas_torn_transaction_on_kafka(
     assert impact.get((RULE_ID, "torn-transaction"), 0) >= 1
     accepted = [c for c in report["anomalies"]["stale-end-txn"] if c["response_error_code"] == 0]
     assert accepted, "Kafka accepted no stale commit"
+
+
+def test_sigterm_while_kafka_starts_stops_what_was_started(tmp_path: Path) -> None:
+    port = free_port()
+    cmd = [sys.executable, "-m", "kproxy", "broker", "--kind", "kafka", "--port", str(port),
+           "--log-file", str(tmp_path / "broker.log")]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_port("127.0.0.1", port, 120, process)  # the JVM listens before the cluster is ready
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert (tmp_path / "kafka" / "node-1" / "kafka.log").stat().st_size > 0  # the node's log, under the run's directory
+    with pytest.raises(OSError):  # nothing is left listening: the node was stopped, not orphaned
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()

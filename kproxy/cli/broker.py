@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from pathlib import Path
 
 import click
 
 from kproxy.brokers import DEFAULT_KIND, KINDS, BrokerError, kind_module, start_broker
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 @click.command()
@@ -55,17 +58,17 @@ def broker(kind: str, host: str, port: int, advertise: str | None, log_file: Pat
         if print_binary:
             click.echo(kind_module(kind).binary())
             return
+        # SIGTERM unwinds like Ctrl-C, also while the broker starts (a KRaft
+        # cluster takes seconds): what was started is stopped on the way out.
+        signal.signal(signal.SIGTERM, _terminate)
         b = start_broker(host, port, kind=kind, advertise=advertise, log_path=log_file, **given)
     except BrokerError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"{kind} {b.version or ''} broker listening on {b.bootstrap} (pid {b.process.pid}); Ctrl-C to stop",
+    cluster = getattr(b, "cluster", None)  # kafka: every node of the KRaft cluster
+    where = cluster.bootstrap if cluster is not None else b.bootstrap
+    click.echo(f"{kind} {b.version or ''} broker listening on {where} (pid {b.process.pid}); Ctrl-C to stop",
                err=True)
 
-    def _stop(signum: int, frame: object) -> None:
-        b.stop()
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, _stop)
     try:
         while b.alive():
             time.sleep(0.5)
@@ -73,5 +76,6 @@ def broker(kind: str, host: str, port: int, advertise: str | None, log_file: Pat
         pass
     finally:
         b.stop()
-    if b.process.returncode not in (0, -signal.SIGTERM, None):
+    # A JVM stopped by SIGTERM exits with 128 + 15 after its shutdown hooks ran: a clean stop too.
+    if b.process.returncode not in (0, -signal.SIGTERM, 128 + signal.SIGTERM, None):
         raise click.ClickException(f"the broker exited with status {b.process.returncode}")
