@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "analyze": ("kproxy.cli.analyze", "analyze", "Check a history (and traces) with Spark; write report.json and report.html."),
     "soak": ("kproxy.cli.soak", "soak", "Soak a proxy under load and rotating faults; check every request's outcome."),
     "demo": ("kproxy.cli.demo", "demo", "Broker, proxy, scenario rules, workload and analysis in one command."),
+    "shrink": ("kproxy.cli.shrink", "shrink", "Shrink a failing run to the smallest rules and workload that still show its anomaly."),
 }
 
 
