@@ -90,6 +90,10 @@ def test_the_torn_rule_alone_survives_with_a_smaller_workload():
     assert 5 <= best.workload.duration <= 6
     assert result.stopped is None
     assert [s.change for s in result.kept][:2] == ["drop rule fetch-cut", "drop rule latency"]
+    # Each change is told from the best candidate at the time it was tried.
+    assert [s.change for s in result.steps if s.change.startswith("max transaction length")] == [
+        "max transaction length 8 -> 1", "max transaction length 8 -> 4", "max transaction length 4 -> 2",
+        "max transaction length 4 -> 3"]
     # Every run the callback made is a step, and no candidate ran twice.
     assert len([s for s in result.steps if s.outcome in ("kept", "rejected")]) == len(calls)
     assert len(set(calls)) == len(calls)

@@ -395,9 +395,9 @@ def _shrink_params(search: _Search) -> None:
                 target = max(target, rule["match"]["txn_number"].get("min", 1))
             name = ".".join(param.path)
 
-            def test(value: float, rule_id: str = rule_id, param: NumericParam = param, name: str = name,
-                     was: Any = current) -> bool:
+            def test(value: float, rule_id: str = rule_id, param: NumericParam = param, name: str = name) -> bool:
                 shown = _plain(value, param.integer)
+                was = _get_path(search.best.rules["rules"][_rule_index(search.best.rules, rule_id)], param.path)
                 return search.attempt(
                     replace(search.best, rules=_set_path(search.best.rules, rule_id, param.path, shown)),
                     "params", f"rule {rule_id}: {name} {was} -> {shown}")
@@ -418,8 +418,9 @@ def _shrink_workload(search: _Search, floors: Floors) -> None:
     for attr, label, integer, resolution in WORKLOAD_AXES:
         current = getattr(search.best.workload, attr)
 
-        def test(value: float, attr: str = attr, label: str = label, integer: bool = integer, was: Any = current) -> bool:
+        def test(value: float, attr: str = attr, label: str = label, integer: bool = integer) -> bool:
             shown = _plain(value, integer)
+            was = getattr(search.best.workload, attr)
             candidate = replace(search.best, workload=replace(search.best.workload, **{attr: shown}))
             return search.attempt(candidate, "workload", f"{label} {_plain(was, integer)} -> {shown}")
 
