@@ -298,7 +298,7 @@ def write_results(config: ShrinkConfig, runner: _Runner, result: Result, first_s
         f"Shrunk by `kproxy shrink` from {config.rules_file}: reproduces {config.anomaly}"
         f"{' (blamed on a rule)' if runner.require_rule else ''} in {rate['hits']} of {rate['runs']} "
         f"run{'s' if rate['runs'] != 1 else ''} (seed {config.seed}).",
-        f"Workload: {describe(best)}.",
+        f"Size: {describe(best)}.",
         "Replay:",
         f"  {replay}",
         "",
