@@ -185,6 +185,10 @@ def analyze(
     if names is not None:
         stats["names"] = names
     stats.update(wire_stats)
+    from spark.attribution import attribute_run
+    from spark.report import INFORMATIONAL
+
+    attribute_run(history_cases, wire_cases, INFORMATIONAL)
 
     report = build_report(history_cases, wire_cases, stats,
                           allowed=allowed_anomalies(subscribe=subscribe, ww_deps=ww_deps))

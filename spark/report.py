@@ -34,6 +34,7 @@ INFORMATIONAL = frozenset({
     "cycle-search-incomplete",
     "int-send-skip",
     "G0",
+    "rule-effect",
 })
 # Wire tables that are statistics rather than anomalies: moved into stats.
 STATS_TABLES = {"latency": "latency", "fault-impact": "fault_impact"}
@@ -47,6 +48,10 @@ WHY_ORDER = (
     "spurious-offset",
     "ambiguous-error",
     "broker-aborted-read",
+    "stale-aborted-entry",
+    "past-lso-read",
+    "G1a",
+    "lost-write",
     "poll-skip",
     "nonmonotonic-poll",
 )
@@ -85,10 +90,16 @@ def collect_cases(cases: Iterable[Any], limit: int = MAX_CASES) -> tuple[list[di
 
 def cause_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Cases per cause over every case (not only the first MAX_CASES), for
-    checks whose cases carry `causes` (spark.checks.causes); a case may count
-    under several causes, and one with none counts as `unexplained`."""
+    checks whose cases carry a `cause` (spark.attribution: one label each), or
+    else `causes` (spark.checks.causes: a case may count under several, and
+    one with none counts as `unexplained`)."""
     counted: dict[str, int] = {}
     for case in cases:
+        if "cause" in case:  # spark.attribution's one cause
+            from spark.attribution import label
+
+            counted[label(case["cause"])] = counted.get(label(case["cause"]), 0) + 1
+            continue
         if "causes" not in case:
             return {}
         for cause in case["causes"] or [UNEXPLAINED]:
@@ -198,9 +209,35 @@ def why(report: Mapping[str, Any], width: int = 100) -> list[str]:
         text = cases[0].get("explanation") if cases else None
         if not text:
             continue
+        cause = cases[0].get("cause")
+        if cause and cause.get("text") and cause["text"] not in text:
+            text += f" [cause: {cause['text']}]"
         lines.extend(textwrap.wrap(f"{name}: {text}", width, initial_indent="    ", subsequent_indent="      ",
                                    break_on_hyphens=False, break_long_words=False))
     return ["  why (the first case of each, in full):", *lines] if lines else []
+
+
+def cause_lines(report: Mapping[str, Any], width: int = 100) -> list[str]:
+    """What caused the error-level cases, rules first, then the broker on
+    its own, the client, and what nothing explains; then what each rule did."""
+    from spark.attribution import by_cause
+
+    lines: list[str] = []
+    grouped = by_cause(report.get("stats", {}).get("causes", {}), report.get("errors", ()))
+    if grouped:
+        lines.append("  what caused the errors:")
+        for cause_label, classes in grouped.items():
+            kind, _, name = cause_label.partition(":")
+            who = {"rule": f"rule '{name}'", "broker": f"the broker on its own ({name})",
+                   "client": f"the client ({name})"}.get(kind, "nothing found (unexplained)")
+            lines.append(f"    {who:<48} " + ", ".join(f"{c} {n}" for c, n in classes.items()))
+    effects = report.get("anomalies", {}).get("rule-effect") or []
+    if effects:
+        lines.append("  what each rule did:")
+        for case in effects:
+            lines.extend(textwrap.wrap(case["explanation"], width, initial_indent="    ", subsequent_indent="      ",
+                                       break_on_hyphens=False, break_long_words=False))
+    return lines
 
 
 def format_summary(report: Mapping[str, Any], report_dir: str | None = None, example_width: int = 110) -> str:
@@ -213,6 +250,7 @@ def format_summary(report: Mapping[str, Any], report_dir: str | None = None, exa
     lines = [f"kproxy analyze: {head}"
              + (f" ({len(errors)} error anomal{'y' if len(errors) == 1 else 'ies'})" if errors else "")]
     stats = report.get("stats", {})
+    lines.extend(cause_lines(report))
     for name in report.get("anomaly_types", ()):
         kind = "error" if name in errors else "info"
         cases = report["anomalies"].get(name) or [{}]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from kproxy.obs.trace_schema import spark_schema
 
 # A request that never reached the broker cannot have written or ended anything.
-NOT_DELIVERED = ("dropped", "refused", "answered", "held")
+NOT_DELIVERED = ("dropped", "refused", "answered")
 
 # Columns that identify one request/response exchange: request and response
 # events share them.
@@ -68,13 +68,22 @@ def trace_records(traces: DataFrame) -> DataFrame:
     epoch as event_producer_id / event_producer_epoch.
     """
     events = _with_coalesced_ids(traces).where(F.col("partitions").isNotNull())
-    event_columns = [c for c in traces.columns if c not in ("partitions", "producer_id", "producer_epoch")]
+    event_columns = [c for c in traces.columns
+                     if c not in ("partitions", "upstream_partitions", "producer_id", "producer_epoch")]
     parts = events.select(
         *event_columns,
         F.col("producer_id").alias("event_producer_id"),
         F.col("producer_epoch").alias("event_producer_epoch"),
         F.explode("partitions").alias("p"),
-    )
+        "upstream_partitions",
+    ).withColumn("u", _upstream_of(F.col("p")))
+    flagged = F.transform(F.col("p.records"), lambda r: F.struct(
+        r.alias("r"),
+        _listed_aborted(r, F.col("p")).alias("listed_aborted"),
+        F.when(F.col("u").isNotNull(), _listed_aborted(r, F.col("u"))).alias("upstream_listed_aborted"),
+        _past_lso(r, F.col("p")).alias("past_lso"),
+        F.when(F.col("u").isNotNull(), _past_lso(r, F.col("u"))).alias("upstream_past_lso"),
+    ))
     records = parts.select(
         *event_columns,
         "event_producer_id",
@@ -86,25 +95,82 @@ def trace_records(traces: DataFrame) -> DataFrame:
         F.col("p.high_watermark").alias("high_watermark"),
         F.col("p.last_stable_offset").alias("last_stable_offset"),
         F.col("p.aborted_transactions").alias("aborted_transactions"),
-        F.posexplode("p.records").alias("record_index", "r"),
+        F.col("u").isNotNull().alias("rewritten"),
+        F.posexplode(flagged).alias("record_index", "f"),
     )
     return records.select(
-        *[c for c in records.columns if c != "r"],
-        F.col("r.offset").alias("offset"),
-        F.col("r.key").alias("key"),
-        F.col("r.value").alias("value"),
-        F.col("r.control").alias("control"),
-        F.coalesce("r.producer_id", "event_producer_id").alias("producer_id"),
-        F.coalesce("r.producer_epoch", "event_producer_epoch").alias("producer_epoch"),
-        F.col("r.sequence").alias("sequence"),
-        F.col("r.transactional").alias("transactional"),
+        *[c for c in records.columns if c != "f"],
+        F.col("f.r.offset").alias("offset"),
+        F.col("f.r.key").alias("key"),
+        F.col("f.r.value").alias("value"),
+        F.col("f.r.control").alias("control"),
+        F.coalesce("f.r.producer_id", "event_producer_id").alias("producer_id"),
+        F.coalesce("f.r.producer_epoch", "event_producer_epoch").alias("producer_epoch"),
+        F.col("f.r.sequence").alias("sequence"),
+        F.col("f.r.transactional").alias("transactional"),
+        F.col("f.listed_aborted").alias("listed_aborted"),
+        F.col("f.upstream_listed_aborted").alias("upstream_listed_aborted"),
+        F.col("f.past_lso").alias("past_lso"),
+        F.col("f.upstream_past_lso").alias("upstream_past_lso"),
+    )
+
+
+def _upstream_of(part: Column) -> Column:
+    """The same topic-partition in the event's upstream_partitions (the
+    broker's response before a rule rewrote it), or null."""
+    same = F.filter(F.coalesce(F.col("upstream_partitions"), F.array()),
+                    lambda u: (u["topic"] == part["topic"]) & (u["partition"] == part["partition"]))
+    return F.get(same, 0)
+
+
+def _listed_aborted(record: Column, part: Column) -> Column:
+    """Whether a read_committed client drops this data record by the
+    response's aborted-transactions list, as Kafka's consumers do: an entry
+    (producer, first offset) marks the producer aborted from that offset on,
+    until the producer's ABORT marker in the response."""
+    entries = F.coalesce(part["aborted_transactions"], F.array())
+    aborts = F.filter(part["records"], lambda m: m["control"] == "abort")
+    return record["control"].isNull() & F.exists(entries, lambda a: (
+        (a["producer_id"] == record["producer_id"])
+        & (a["first_offset"] <= record["offset"])
+        & ~F.exists(aborts, lambda m: (m["producer_id"] == record["producer_id"])
+                    & (m["offset"] >= a["first_offset"]) & (m["offset"] < record["offset"]))
+    ))
+
+
+def _past_lso(record: Column, part: Column) -> Column:
+    """A data record at or beyond the response's own last stable offset
+    (exclusive: everything below it is decided)."""
+    lso = part["last_stable_offset"]
+    return record["control"].isNull() & (lso >= 0) & (record["offset"] >= lso)
+
+
+def rule_removed_records(traces: DataFrame) -> DataFrame:
+    """Records a rule took out of a Fetch response: in the broker's response
+    (upstream_partitions) but not in the one the client got. Columns: the
+    exchange, mono_ns, client_id, rule, action, topic, partition, offset, key,
+    value, control, producer_id."""
+    events = _with_coalesced_ids(traces).where(F.col("upstream_partitions").isNotNull())
+    parts = events.select(*EXCHANGE, "mono_ns", "client_id", "rule", "action", "partitions",
+                          F.explode("upstream_partitions").alias("u"))
+    delivered = F.get(F.filter(F.coalesce(F.col("partitions"), F.array()),
+                               lambda p: (p["topic"] == F.col("u.topic")) & (p["partition"] == F.col("u.partition"))), 0)
+    kept = F.coalesce(delivered["records"], F.array())
+    removed = F.filter(F.col("u.records"), lambda r: ~F.exists(kept, lambda k: k["offset"] == r["offset"]))
+    rows = parts.select(*EXCHANGE, "mono_ns", "client_id", "rule", "action", F.col("u.topic").alias("topic"),
+                        F.col("u.partition").alias("partition"), F.explode(removed).alias("r"))
+    return rows.select(
+        *EXCHANGE, "mono_ns", "client_id", "rule", "action", "topic", "partition",
+        F.col("r.offset").alias("offset"), F.col("r.key").alias("key"), F.col("r.value").alias("value"),
+        F.col("r.control").alias("control"), F.col("r.producer_id").alias("producer_id"),
+        F.col("r.key").cast("long").alias("key_long"), F.col("r.value").cast("long").alias("value_long"),
     )
 
 
 def trace_partitions(traces: DataFrame) -> DataFrame:
     """One row per partition per event (Produce response offsets and errors, Fetch metadata)."""
     events = _with_coalesced_ids(traces).where(F.col("partitions").isNotNull())
-    event_columns = [c for c in traces.columns if c != "partitions"]
+    event_columns = [c for c in traces.columns if c not in ("partitions", "upstream_partitions")]
     parts = events.select(*event_columns, F.explode("partitions").alias("p"))
     return parts.select(
         *event_columns,
@@ -119,7 +185,13 @@ def trace_partitions(traces: DataFrame) -> DataFrame:
 
 
 def _delivered() -> "F.Column":
-    return ~F.coalesce(F.col("outcome"), F.lit("delivered")).isin(*NOT_DELIVERED)
+    """Whether the request reached the broker. A `held` request is traced
+    when the hold ends and it is delivered late on the client's connection;
+    the broker's answer (response_ns) is what shows it arrived (a held
+    request the client's hang-up cut off is delivered as a ghost copy,
+    traced on its own)."""
+    outcome = F.coalesce(F.col("outcome"), F.lit("delivered"))
+    return ~outcome.isin(*NOT_DELIVERED) & ((outcome != "held") | F.col("response_ns").isNotNull())
 
 
 def exchanges(traces: DataFrame) -> DataFrame:

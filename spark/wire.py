@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 
 from spark.history import flatten_mops, key_partitions, sends
 from spark.traces import (
@@ -22,7 +23,7 @@ from spark.traces import (
     fetched_records,
     landings,
     produce_attempts,
-    trace_partitions,
+    rule_removed_records,
 )
 
 WIRE_ANOMALIES = (
@@ -33,6 +34,8 @@ WIRE_ANOMALIES = (
     "spurious-offset",
     "ambiguous-error",
     "broker-aborted-read",
+    "stale-aborted-entry",
+    "past-lso-read",
     "latency",
     "fault-impact",
 )
@@ -41,7 +44,7 @@ WIRE_ANOMALIES = (
 FETCHED_COLUMNS = (
     *EXCHANGE, "mono_ns", "client_id", "rule", "action", "topic", "partition", "offset", "key", "value",
     "key_long", "value_long", "control", "producer_id", "transactional", "last_stable_offset",
-    "read_committed",
+    "aborted_transactions", "read_committed", "rewritten", "listed_aborted", "upstream_listed_aborted", "past_lso", "upstream_past_lso",
 )
 
 _END_TXN = F.struct(*[F.col(f"end_{c}").alias(c) for c in END_TXN_ATTRIBUTION])
@@ -185,7 +188,14 @@ def _sends_with_landings(sent: DataFrame, log: DataFrame) -> DataFrame:
     placed = F.col("key_topic").isNull() | F.col("topic").isNull() | (
         (F.col("key_topic") == F.col("topic")) & (F.col("key_partition") == F.col("partition"))
     )
-    return joined.where(placed)
+    # A late Produce copy of a write that also landed in its own transaction
+    # is a second landing whose fate is its later transaction's (late-produce
+    # reports it): it says nothing about the transaction the client meant.
+    write = Window.partitionBy("index", "mop_index")
+    proper = F.sum(F.when(F.col("offset").isNotNull() & F.col("produce_hazard").isNull(), 1).otherwise(0)).over(write)
+    late_copy = (F.col("produce_hazard") == "late_produce") & (proper > 0)
+    return (joined.where(placed).withColumn("_late_copy", F.coalesce(late_copy, F.lit(False)))
+            .where(~F.col("_late_copy")).drop("_late_copy"))
 
 
 def _stale(col_prefix: str = "end_") -> F.Column:
@@ -417,11 +427,16 @@ def stale_end_txns(traces: DataFrame) -> DataFrame:
     )
 
 
-def late_produces(attempts: DataFrame) -> DataFrame:
-    """Every delivered Produce that slid into a later broker-side transaction."""
+def late_produces(attempts: DataFrame, log: DataFrame) -> DataFrame:
+    """Every delivered Produce that slid into a later broker-side
+    transaction, with the fate of what it landed (`landed_fates`): a copy
+    that lands in a transaction which then aborts is an aborted duplicate,
+    not a torn transaction of the one it was sent in."""
     attempts = attempts.where(
         (F.col("status") != "not-delivered") & (F.col("hazard") == "late_produce")
     )
+    fates = log.select("topic", "partition", F.col("offset").alias("landed_offset"), F.col("fate").alias("landed_fate"))
+    attempts = attempts.join(fates, ["topic", "partition", "landed_offset"], "left")
     return (
         attempts.groupBy("proxy_id", "conn_id", "correlation_id", "copy")
         .agg(
@@ -435,6 +450,7 @@ def late_produces(attempts: DataFrame) -> DataFrame:
             F.first("outcome").alias("outcome"),
             F.array_sort(F.collect_list(F.array("key_long", "value_long"))).alias("records"),
             F.array_sort(F.collect_set("landed_offset")).alias("landed_offsets"),
+            F.array_sort(F.collect_set("landed_fate")).alias("landed_fates"),
         )
         .withColumn("rules", F.array_compact(F.array("rule")))
         .withColumn("explanation", F.concat(
@@ -453,77 +469,165 @@ def late_produces(attempts: DataFrame) -> DataFrame:
             F.when(F.size("landed_offsets") == 1, F.concat(F.lit(", landed at offset "), _numbers(F.col("landed_offsets"))))
             .when(F.size("landed_offsets") > 1, F.concat(F.lit(", landed at offsets "), _numbers(F.col("landed_offsets"))))
             .otherwise(F.lit(", did not land (error or no response)")),
+            F.when(F.size("landed_fates") > 0, F.concat(
+                F.lit(" in a transaction that "),
+                F.array_join(F.transform("landed_fates", lambda f: F.when(f == "committed", F.lit("committed"))
+                                         .when(f == "aborted", F.lit("aborted")).otherwise(F.lit("is undecided"))),
+                             " / "),
+                F.when(F.col("copy") > 0, F.lit(" (a copy the proxy delivered; the client's own request is traced"
+                                                " separately)")).otherwise(F.lit("")),
+            )).otherwise(F.lit("")),
         ))
     )
 
 
-def _listed_as_aborted(aborted: DataFrame, fetched: DataFrame, traces: DataFrame) -> DataFrame:
-    """The aborted records a read_committed client drops itself: those its
-    response's aborted-transactions list covers. As Kafka's consumer does, an
-    entry (producer, first offset) covers the producer's records from that
-    offset up to its next control marker in the response."""
-    where = [*EXCHANGE, "topic", "partition", "producer_id"]
-    entries = (
-        trace_partitions(traces)
-        .where((F.col("api") == "fetch") & (F.col("direction") == "response") & F.col("aborted_transactions").isNotNull())
-        .select(*EXCHANGE, "topic", "partition", F.explode("aborted_transactions").alias("a"))
-        .select(*EXCHANGE, "topic", "partition", F.col("a.producer_id").alias("producer_id"),
-                F.col("a.first_offset").alias("first_offset"))
+def _served(fetched: DataFrame, log: DataFrame) -> DataFrame:
+    """Data records served to read_committed fetches, with their fate in the log."""
+    fates = log.select("topic", "partition", "offset", "fate", "fate_source")
+    return fetched.where(F.col("read_committed") & F.col("control").isNull()).join(
+        fates, ["topic", "partition", "offset"])
+
+
+def _by_response(rows: DataFrame, rule_caused: Column, extra: list[Column]) -> DataFrame:
+    """One case per fetch response partition: its records and, when a rule's
+    rewrite is what made them so (`rule_caused`), that rule."""
+    return rows.groupBy("proxy_id", "conn_id", "correlation_id", "copy", "topic", "partition").agg(
+        F.min("mono_ns").alias("mono_ns"),
+        F.first("client_id").alias("client_id"),
+        F.count(F.lit(1)).alias("record_count"),
+        F.array_sort(F.collect_set("offset")).alias("offsets"),
+        F.array_sort(F.collect_set(F.array("key_long", "value_long"))).alias("records"),
+        F.array_sort(F.collect_set("producer_id")).alias("producer_ids"),
+        F.first("last_stable_offset").alias("last_stable_offset"),
+        F.first("rule", ignorenulls=True).alias("response_rule"),
+        F.first("action", ignorenulls=True).alias("response_action"),
+        F.array_sort(F.collect_set(F.when(rule_caused, F.col("rule")))).alias("rules"),
+        *extra,
     )
-    markers = fetched.where(F.col("control").isNotNull()).select(*where, F.col("offset").alias("marker_offset"))
-    candidates = aborted.select(*where, "offset").join(entries, where).where(F.col("first_offset") <= F.col("offset"))
-    ended = candidates.join(markers, where).where(
-        (F.col("marker_offset") >= F.col("first_offset")) & (F.col("marker_offset") < F.col("offset"))
-    ).select(*where, "offset", "first_offset")
-    return candidates.join(ended, [*where, "offset", "first_offset"], "left_anti").select(*where, "offset").distinct()
 
 
-def broker_aborted_reads(fetched: DataFrame, log: DataFrame, traces: DataFrame) -> DataFrame:
+def _who(what: str) -> Column:
+    """'; the broker sent them' or the rule whose rewrite made them so."""
+    return F.when(F.size("rules") > 0, F.concat(
+        F.lit(f"; {what} because rule '"), F.array_join("rules", "', '"),
+        F.lit("' rewrote the broker's response"))).otherwise(F.lit("; the broker's own response"))
+
+
+def broker_aborted_reads(fetched: DataFrame, log: DataFrame) -> DataFrame:
     """read_committed Fetch responses that returned records of aborted
     transactions which their aborted-transactions list does not cover (one
     case per fetch response partition): the client has nothing to drop them
-    by. Covered ones are how Kafka serves read_committed and are no anomaly.
-    When a fault rule rewrote the response, response_rule/response_action
-    name it."""
-    fetched = fetched.where(F.col("read_committed"))
-    fates = log.select("topic", "partition", "offset", "fate", "fate_source", "end_rule", "end_hazard")
-    aborted = fetched.where(F.col("control").isNull()).join(fates, ["topic", "partition", "offset"]).where(
-        F.col("fate") == "aborted"
-    )
-    covered = _listed_as_aborted(aborted, fetched, traces)
-    aborted = aborted.join(covered, [*EXCHANGE, "topic", "partition", "producer_id", "offset"], "left_anti")
-    return (
-        aborted.groupBy("proxy_id", "conn_id", "correlation_id", "copy", "topic", "partition")
-        .agg(
-            F.min("mono_ns").alias("mono_ns"),
-            F.first("client_id").alias("client_id"),
-            F.count(F.lit(1)).alias("aborted_records"),
-            F.array_sort(F.collect_set("offset")).alias("offsets"),
-            F.array_sort(F.collect_set(F.array("key_long", "value_long"))).alias("records"),
-            F.array_sort(F.collect_set("producer_id")).alias("producer_ids"),
-            F.array_sort(F.collect_set("fate_source")).alias("known_by"),
-            F.first("last_stable_offset").alias("last_stable_offset"),
-            # A rule that rewrote this Fetch response (e.g. dropping its
-            # aborted-transactions list) is the cause, not the broker.
-            F.first("rule", ignorenulls=True).alias("response_rule"),
-            F.first("action", ignorenulls=True).alias("response_action"),
-            F.array_sort(F.array_union(
-                F.collect_set(F.when(F.col("end_hazard").isNotNull(), F.col("end_rule"))),
-                F.collect_set("rule"),
-            )).alias("rules"),
+    by (broker diagnosis `aborted-txn-not-listed`). Covered ones are how
+    Kafka serves read_committed and are no anomaly. A rule is the cause only
+    when the broker's own response covered them and the rule's rewrite
+    removed that (upstream_listed_aborted)."""
+    aborted = _served(fetched, log).where((F.col("fate") == "aborted") & ~F.col("listed_aborted"))
+    return _by_response(aborted, F.coalesce(F.col("upstream_listed_aborted"), F.lit(False)), [
+        F.array_sort(F.collect_set("fate_source")).alias("known_by"),
+    ]).withColumnRenamed("record_count", "aborted_records").withColumn("explanation", F.concat(
+        F.lit("a read_committed Fetch"), F.coalesce(F.concat(F.lit(" by "), "client_id"), F.lit("")), F.lit(" "),
+        _at(F.col("conn_id"), F.col("correlation_id")),
+        F.format_string(" returned %s record(s) of aborted transactions: topic %s partition %s at offset(s) %s"
+                        " (aborted per %s), and its aborted-transactions list covers none of them",
+                        "aborted_records", "topic", "partition", _numbers(F.col("offsets")),
+                        F.array_join(F.transform("known_by", lambda k: F.when(k == "end_txn", F.lit("the EndTxn"))
+                                                 .when(k == "marker", F.lit("the log's markers")).otherwise(k)),
+                                     " and ")),
+        _who("uncovered"),
+    ))
+
+
+def stale_aborted_entries(fetched: DataFrame, log: DataFrame) -> DataFrame:
+    """read_committed Fetch responses whose aborted-transactions list covers
+    records of committed transactions (broker diagnosis
+    `stale-aborted-entry`): an entry whose transaction ended before these
+    records, with no ABORT marker of the producer in between, so the client
+    drops committed records. Kafka lists only aborted transactions that
+    overlap the fetched range."""
+    dropped = _served(fetched, log).where((F.col("fate") == "committed") & F.col("listed_aborted"))
+    covering = F.filter(F.coalesce(F.col("aborted_transactions"), F.array()),
+                        lambda a: a["producer_id"] == F.col("producer_id"))
+    return _by_response(dropped, ~F.coalesce(F.col("upstream_listed_aborted"), F.lit(True)), [
+        F.array_sort(F.flatten(F.collect_set(F.transform(covering, lambda a: a["first_offset"]))))
+        .alias("listed_first_offsets"),
+    ]).withColumnRenamed("record_count", "committed_records").withColumn("explanation", F.concat(
+        F.lit("a read_committed Fetch"), F.coalesce(F.concat(F.lit(" by "), "client_id"), F.lit("")), F.lit(" "),
+        _at(F.col("conn_id"), F.col("correlation_id")),
+        F.format_string(" returned %s committed record(s) of topic %s partition %s at offset(s) %s, yet listed"
+                        " their producer(s) %s as aborted from offset(s) %s with no abort marker in between,"
+                        " so the client drops them",
+                        "committed_records", "topic", "partition", _numbers(F.col("offsets")),
+                        _numbers(F.col("producer_ids")), _numbers(F.col("listed_first_offsets"))),
+        _who("listed"),
+    ))
+
+
+def past_lso_reads(fetched: DataFrame, log: DataFrame) -> DataFrame:
+    """read_committed Fetch responses that returned records at or beyond
+    their own last stable offset (broker diagnosis `past-last-stable-offset`):
+    records of transactions not yet decided when the response was sent."""
+    past = _served(fetched, log).where(F.col("past_lso"))
+    return _by_response(past, ~F.coalesce(F.col("upstream_past_lso"), F.lit(True)), [
+        F.array_sort(F.collect_set("fate")).alias("fates"),
+    ]).withColumnRenamed("record_count", "past_records").withColumn("explanation", F.concat(
+        F.lit("a read_committed Fetch"), F.coalesce(F.concat(F.lit(" by "), "client_id"), F.lit("")), F.lit(" "),
+        _at(F.col("conn_id"), F.col("correlation_id")),
+        F.format_string(" returned %s record(s) of topic %s partition %s at offset(s) %s, at or beyond its own"
+                        " last stable offset %s", "past_records", "topic", "partition", _numbers(F.col("offsets")),
+                        "last_stable_offset"),
+        _who("past it"),
+    ))
+
+
+#: What the driver needs to tie a history case to the wire (spark.attribution):
+#: per written (key, value), every wire fact that explains why a client saw
+#: it, missed it or saw its fate differ from what it was told.
+VALUE_FACT_COLUMNS = ("key", "value", "fact", "rule", "topic", "partition", "offset", "conn_id", "correlation_id",
+                      "detail")
+
+
+def value_facts(fetched: DataFrame, log: DataFrame, removed: DataFrame) -> DataFrame:
+    """Rows (VALUE_FACT_COLUMNS) of the facts spark.attribution reads:
+
+    * ``stale-end-txn``: the EndTxn that decided the record was stale (rule:
+      the rule that delivered it), detail its fate;
+    * ``late-produce``: the record's Produce landed in a later transaction;
+    * ``aborted-txn-not-listed`` / ``stale-aborted-entry`` /
+      ``past-last-stable-offset``: a read_committed response served it so
+      (rule: the rewriting rule when its rewrite made it so);
+    * ``removed-by-rule``: a rule took it out of a Fetch response.
+    """
+    def pick(frame: DataFrame, fact: str, rule: Column, detail: Column) -> DataFrame:
+        return frame.select(
+            F.col("key_long").alias("key"), F.col("value_long").alias("value"), F.lit(fact).alias("fact"),
+            rule.alias("rule"), "topic", "partition", "offset",
+            *[(F.col(c) if c in frame.columns else F.lit(None)).cast("long").alias(c)
+              for c in ("conn_id", "correlation_id")],
+            detail.cast("string").alias("detail"),
         )
-        .withColumn("explanation", F.concat(
-            F.lit("a read_committed Fetch"), F.coalesce(F.concat(F.lit(" by "), "client_id"), F.lit("")), F.lit(" "),
-            _at(F.col("conn_id"), F.col("correlation_id")),
-            F.format_string(" returned %s record(s) of aborted transactions: topic %s partition %s at offset(s) %s"
-                            " (aborted per %s)",
-                            "aborted_records", "topic", "partition", _numbers(F.col("offsets")),
-                            F.array_join(F.transform("known_by", lambda k: F.when(k == "end_txn", F.lit("the EndTxn"))
-                                                     .when(k == "marker", F.lit("the log's markers")).otherwise(k)),
-                                         " and ")),
-            F.coalesce(F.concat(F.lit("; the response was rewritten by rule '"), "response_rule", F.lit("'")),
-                       F.lit("; the broker sent them")),
-        ))
+
+    landed = log.where(F.col("key_long").isNotNull() & F.col("value_long").isNotNull())
+    served = _served(fetched, log).where(F.col("key_long").isNotNull() & F.col("value_long").isNotNull())
+    parts = [
+        pick(landed.where(F.col("end_hazard").isNotNull()), "stale-end-txn", F.col("end_rule"), F.col("fate")),
+        pick(landed.where(F.col("produce_hazard").isNotNull()), "late-produce", F.col("produce_rule"), F.col("fate")),
+        pick(served.where((F.col("fate") == "aborted") & ~F.col("listed_aborted")), "aborted-txn-not-listed",
+             F.when(F.coalesce("upstream_listed_aborted", F.lit(False)), F.col("rule")), F.col("client_id")),
+        pick(served.where((F.col("fate") == "committed") & F.col("listed_aborted")), "stale-aborted-entry",
+             F.when(~F.coalesce("upstream_listed_aborted", F.lit(True)), F.col("rule")), F.col("client_id")),
+        pick(served.where(F.col("past_lso")), "past-last-stable-offset",
+             F.when(~F.coalesce("upstream_past_lso", F.lit(True)), F.col("rule")), F.col("client_id")),
+        pick(removed.where(F.col("control").isNull() & F.col("key_long").isNotNull()), "removed-by-rule",
+             F.col("rule"), F.col("client_id")),
+        pick(landed.where(F.col("produce_copy") > 0), "copy-landed", F.col("produce_rule"), F.col("fate")),
+    ]
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    # One row per value, fact and rule: the first place it was seen says where.
+    return union.groupBy("key", "value", "fact", "rule").agg(
+        *[F.min_by(c, F.struct("offset", "conn_id", "correlation_id")).alias(c)
+          for c in ("topic", "partition", "offset", "conn_id", "correlation_id", "detail")]
     )
 
 
@@ -549,11 +653,44 @@ def latency(traces: DataFrame) -> DataFrame:
 
 
 def rule_touches(traces: DataFrame) -> DataFrame:
-    """Per rule: how many request events it touched, and with which actions."""
-    return (
-        traces.where(F.col("rule").isNotNull() & (F.col("direction") == "request"))
-        .groupBy("rule")
-        .agg(F.count(F.lit(1)).alias("events"), F.array_sort(F.collect_set("action")).alias("actions"))
+    """Per rule: the exchanges it touched (request rules and response rules
+    alike), with its actions, the APIs, the outcomes and the error codes
+    the clients got back on those exchanges."""
+    touched = traces.fillna({"proxy_id": "", "copy": 0}).where(F.col("rule").isNotNull())
+    return touched.groupBy("rule").agg(
+        F.count_distinct(*EXCHANGE).alias("events"),
+        F.array_sort(F.collect_set("action")).alias("actions"),
+        F.array_sort(F.collect_set("api")).alias("apis"),
+        F.array_sort(F.collect_set("direction")).alias("directions"),
+        F.array_sort(F.collect_set("outcome")).alias("outcomes"),
+        F.array_sort(F.array_distinct(F.flatten(F.collect_list(
+            F.when(F.col("direction") == "response", F.coalesce("error_codes", F.array().cast("array<int>")))
+            .otherwise(F.array().cast("array<int>")))))).alias("error_codes"),
+    )
+
+
+def rule_writes(sent: DataFrame, attempts: DataFrame, log: DataFrame) -> DataFrame:
+    """Per rule that touched Produce requests: the writes it touched, how
+    often each landed in the log, and what the client said of them."""
+    touched = attempts.where(F.col("rule").isNotNull() & F.col("key_long").isNotNull()).select(
+        "rule", "key_long", "value_long").distinct()
+    landed = log.where(F.col("key_long").isNotNull()).groupBy("key_long", "value_long").agg(
+        F.count(F.lit(1)).alias("landings"),
+        F.sum((F.col("fate") == "committed").cast("int")).alias("committed"),
+    )
+    said = sent.groupBy(F.col("key").alias("key_long"), F.col("value").alias("value_long")).agg(
+        F.first("type").alias("client_type"))
+    rows = touched.join(landed, ["key_long", "value_long"], "left").join(said, ["key_long", "value_long"], "left")
+    landings = F.coalesce("landings", F.lit(0))
+    return rows.groupBy("rule").agg(
+        F.count(F.lit(1)).alias("writes"),
+        F.sum((landings == 0).cast("int")).alias("never_landed"),
+        F.sum((landings == 1).cast("int")).alias("landed_once"),
+        F.sum((landings > 1).cast("int")).alias("landed_more"),
+        F.sum((F.coalesce("committed", F.lit(0)) > 0).cast("int")).alias("committed"),
+        F.sum((F.col("client_type") == "ok").cast("int")).alias("client_ok"),
+        F.sum((F.col("client_type") == "fail").cast("int")).alias("client_fail"),
+        F.sum((F.col("client_type") == "info").cast("int")).alias("client_info"),
     )
 
 
@@ -609,8 +746,12 @@ WIRE_ORDER = {
     "stale-end-txn": (("mono_ns", False), ("conn_id", False), ("correlation_id", False), ("copy", False)),
     "late-produce": (("mono_ns", False), ("conn_id", False), ("correlation_id", False), ("copy", False)),
     "broker-aborted-read": (("mono_ns", False), ("conn_id", False), ("correlation_id", False)),
+    "stale-aborted-entry": (("mono_ns", False), ("conn_id", False), ("correlation_id", False)),
+    "past-lso-read": (("mono_ns", False), ("conn_id", False), ("correlation_id", False)),
+    "~value-facts": (("key", False), ("value", False), ("fact", False), ("rule", False)),
     "latency": (("api", False),),
     "~rule-touches": (("rule", False),),
+    "~rule-writes": (("rule", False),),
     "~phases": (("start_ns", False),),
     "~end-txn-outcomes": (("delivery_ns", False),),
     "~trace-events": (),
@@ -655,7 +796,11 @@ def _order_key(fields: tuple[tuple[str, bool], ...]):  # noqa: ANN202
 
 
 def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
-    """wire_frame's collected rows -> (cases by check, in report order; the stats they give)."""
+    """wire_frame's collected rows -> (cases by check, in report order; the stats they give).
+
+    The cases keep ``~rule-touches``, ``~rule-writes`` and ``~value-facts``
+    for spark.attribution, which ties cases to their causes and builds
+    ``fault-impact``."""
     import orjson
 
     tables: dict[str, list[dict]] = {name: [] for name in WIRE_ORDER}
@@ -663,8 +808,6 @@ def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
         tables[row["check"]].append(orjson.loads(row["case"]))
     for name, fields in WIRE_ORDER.items():
         tables[name].sort(key=_order_key(fields))
-    anomalies = {name: found for name, found in tables.items() if not name.startswith("~") and name != "latency"}
-    tables["fault-impact"] = fault_impact(tables.pop("~rule-touches"), anomalies)
     offset = tables.pop("~clock-offset")
     offset_ns = offset[0]["d"] if offset and offset[0].get("d") is not None else None
     stats = {
@@ -694,11 +837,15 @@ def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> d
     cases: dict[str, DataFrame] = {
         "torn-transaction": torn_transactions(sent, log),
         "stale-end-txn": stale_end_txns(traces),
-        "late-produce": late_produces(attempts),
+        "late-produce": late_produces(attempts, log),
         "client-outcome-mismatch": client_outcome_mismatches(sent, log),
         "spurious-offset": spurious_offsets(sent, attempts),
         "ambiguous-error": ambiguous_errors(sent, attempts, fetched),
-        "broker-aborted-read": broker_aborted_reads(fetched, log, traces),
+        "broker-aborted-read": broker_aborted_reads(fetched, log),
+        "stale-aborted-entry": stale_aborted_entries(fetched, log),
+        "past-lso-read": past_lso_reads(fetched, log),
+        "~value-facts": value_facts(fetched, log, rule_removed_records(traces)),
+        "~rule-writes": rule_writes(sent, attempts, log),
     }
     cases["latency"] = latency(traces)
     return cases

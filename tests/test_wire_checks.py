@@ -12,11 +12,14 @@ pytestmark = pytest.mark.spark
 def _checks(spark, tmp_path, scenario, names=None, **kwargs):
     from spark.history import load_history
     from spark.traces import load_traces
+    from spark.attribution import attribute_run
+    from spark.report import INFORMATIONAL
     from spark.wire import read_wire_rows, wire_frame
 
     history, traces_dir = scenario.write(tmp_path)
     frame = wire_frame(load_history(spark, str(history)), load_traces(spark, traces_dir), **kwargs)
     cases, _ = read_wire_rows(frame.collect())
+    attribute_run({}, cases, INFORMATIONAL)
     return {name: rows for name, rows in cases.items() if names is None or name in names}
 
 
@@ -52,6 +55,7 @@ def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tm
     assert late["explanation"] == (
         "Produce of records [7,2] [7,3] in client txn 1 of tx-0 (producer 1000), delayed by rule 'torn' and"
         " delivered while broker txn 2 was open (conn 1, correlation id 2), landed at offsets 2, 3"
+        " in a transaction that committed"
     )
 
     [mismatch] = found["client-outcome-mismatch"]
@@ -69,8 +73,10 @@ def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tm
     assert aborted_read["known_by"] == ["end_txn"]
     assert aborted_read["explanation"] == (
         "a read_committed Fetch (conn 2, correlation id 1) returned 1 record(s) of aborted transactions:"
-        " topic t partition 0 at offset(s) 0 (aborted per the EndTxn); the broker sent them"
+        " topic t partition 0 at offset(s) 0 (aborted per the EndTxn), and its aborted-transactions list covers"
+        " none of them; the broker's own response"
     )
+    assert aborted_read["cause"]["by"] == "broker" and aborted_read["cause"]["name"] == "aborted-txn-not-listed"
 
     impact = {(r["rule"], r["anomaly"]): r["cases"] for r in found["fault-impact"]}
     assert impact[("torn", "torn-transaction")] == 1
@@ -198,5 +204,5 @@ def test_a_late_produce_says_which_kind_of_late_it_was(spark, tmp_path, numbers,
     [case] = _checks(spark, tmp_path, scenario, names={"late-produce"})["late-produce"]
     assert case["explanation"] == (
         f"Produce of records [7,2] [7,3] in client txn {numbers[0]} of tx-0 (producer 1000), delayed by rule 'torn'"
-        f" and {how} (conn 1, correlation id 2), landed at offsets 2, 3"
+        f" and {how} (conn 1, correlation id 2), landed at offsets 2, 3 in a transaction that committed"
     )

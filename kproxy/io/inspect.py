@@ -515,8 +515,10 @@ class Inspector:
                 # client (a Disconnect then also cuts the connection, below).
                 ex.suppress_response = True
                 ex.outcome = "dropped"
-            # Trace what the client gets, not what the broker sent.
-            await self._trace_response(conn, ex, len(response) - 4, codes, changed or decoded, now=now)
+            # Trace what the client gets; when a rule changed it, what the
+            # broker sent as well, so the analysis can tell what the rule did.
+            await self._trace_response(conn, ex, len(response) - 4, codes, changed or decoded, now=now,
+                                       upstream=decoded if changed is not None else None)
         elif proxy.trace is not None:  # a fast-path exchange whose response needed rewriting
             await self.trace_fast_response(
                 conn, ex, response, now, codes=error_codes(decoded) if decoded is not None else None
@@ -595,7 +597,8 @@ class Inspector:
         await self.proxy.emit_trace(event)
 
     async def _trace_response(
-        self, conn: ClientConnection | None, ex: Exchange, size: int, codes: list[int], decoded: Any, now: float | None = None
+        self, conn: ClientConnection | None, ex: Exchange, size: int, codes: list[int], decoded: Any,
+        now: float | None = None, upstream: Any = None,
     ) -> None:
         proxy = self.proxy
         if proxy.trace is None:
@@ -612,6 +615,8 @@ class Inspector:
                 event["partitions"] = views.produce_response_partitions(decoded, ex.request_partitions)
             elif ex.api_key == apis.FETCH:
                 event["partitions"] = views.fetch_response_partitions(decoded, proxy.topic_names)
+                if upstream is not None:
+                    event["upstream_partitions"] = views.fetch_response_partitions(upstream, proxy.topic_names)
         await proxy.emit_trace(event)
 
     async def trace_close(self, conn: ClientConnection, unsent: list[Exchange]) -> None:
@@ -753,6 +758,7 @@ class Inspector:
             "outcome": ex.outcome,
             "copy": ex.copy,
             "partitions": None,
+            "upstream_partitions": None,
         }
 
 

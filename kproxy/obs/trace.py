@@ -475,6 +475,7 @@ class TraceWriter:
                     event["proxy_id"] = self.proxy_id
                 if strip_records and event.get("partitions") is not None:
                     event["partitions"] = None
+                    event["upstream_partitions"] = None
                 batch.append(event)
             written = self._sink.write(batch)
             self.written += written

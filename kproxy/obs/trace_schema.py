@@ -98,6 +98,8 @@ EVENT = (
     Field("partitions", ("array", ("struct", PARTITION)), "level 'records': per-partition records and offsets; else null"),
     Field("close_reason", "string", "close events: why the connection closed (see docs/traces.md); else null"),
     Field("in_flight", ("array", ("struct", IN_FLIGHT)), "close events: requests the client had no answer to when it closed; else null"),
+    Field("upstream_partitions", ("array", ("struct", PARTITION)),
+          "level 'records', a Fetch response a rule rewrote: the partitions as the broker sent them; else null"),
 )
 
 FIELD_NAMES = tuple(f.name for f in EVENT)
