@@ -286,7 +286,6 @@ def rule_effects(touches: list[dict], writes: list[dict], cases: Mapping[str, li
             "events": touch.get("events", 0), "outcomes": touch.get("outcomes"),
             "client_errors": [_error_name(c) for c in touch.get("error_codes") or [] if c],
             "writes": by_rule_writes.get(rule), "caused": caused, "effects": tags,
-            "cause": {"by": RULE, "name": "rule-effect", "rule": rule, "at": None, "text": f"rule '{rule}'"},
             "explanation": _effect_text(rule, touch, by_rule_writes.get(rule), caused, tags),
         })
     impact = []

@@ -157,6 +157,32 @@ def outcomes_plot(report: Mapping[str, Any]) -> str | None:
     return _png(fig)
 
 
+_CAUSE_COLOURS = {"rule": "#c1121f", "broker": "#457b9d", "client": "#e9c46a", "unexplained": "#999999"}
+
+
+def causes_plot(report: Mapping[str, Any]) -> str | None:
+    """Error-level cases per class, stacked by who caused them: each rule,
+    the broker on its own, the client, nothing found."""
+    from spark.attribution import by_cause
+
+    grouped = by_cause(report.get("stats", {}).get("causes", {}), report.get("errors", ()))
+    if not grouped:
+        return None
+    classes = sorted({c for by in grouped.values() for c in by})
+    fig, ax = plt.subplots(figsize=(10, 0.8 + 0.45 * len(classes)))
+    left = [0] * len(classes)
+    for cause_label, by in grouped.items():
+        widths = [by.get(c, 0) for c in classes]
+        kind = cause_label.split(":")[0]
+        ax.barh(classes, widths, left=left, label=cause_label, color=_CAUSE_COLOURS.get(kind), edgecolor="white",
+                alpha=0.9 if kind != "rule" else 1.0)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_xlabel("error-level cases")
+    ax.set_title("What caused the errors")
+    ax.legend(fontsize=8, loc="lower right")
+    return _png(fig)
+
+
 def _table(rows: list[Mapping[str, Any]], limit: int = 50) -> str:
     if not rows:
         return "<p>none</p>"
@@ -197,7 +223,7 @@ def render_html(report: Mapping[str, Any]) -> str:
                      "example": explain((report["anomalies"].get(n) or [{}])[0], 160)}
                     for n in report.get("anomaly_types", ())]
     parts.append("<h2>Anomalies</h2>" + _table(summary_rows))
-    for title, plot in (("Over time", timeline_plot(report)), ("Latency", latency_plot(report)),
+    for title, plot in (("What caused the errors", causes_plot(report)), ("Over time", timeline_plot(report)), ("Latency", latency_plot(report)),
                         ("Transaction outcomes", outcomes_plot(report))):
         if plot:
             parts.append(f"<h2>{title}</h2><img alt='{html.escape(title)}' src='data:image/png;base64,{plot}'>")

@@ -27,6 +27,8 @@ def aborted_reads(view: KeyView) -> list[dict]:
             "key": view.key, "value": r.value, "offset": r.offset,
             "reader_index": r.index, "reader_process": r.process,
             "writer_index": writer.index, "writer_process": writer.process,
+            "explanation": f"process {r.process} read key {view.key} value {r.value} at offset {r.offset}"
+                           f" (op {r.index}), though its send failed (op {writer.index}, process {writer.process})",
         })
     return cases
 
@@ -73,6 +75,8 @@ def lost_writes(view: KeyView) -> list[dict]:
             "max_read_index": bound, "max_read_value": bound_value,
             "max_read_reader_index": min(readers) if readers else None,
             "writer_index": writer.index, "writer_process": writer.process, "writer_type": writer.type,
+            "explanation": f"key {view.key} value {value} (offset {min(view.offsets_of_value[value])}, written by op"
+                           f" {writer.index}, {writer.type}) was never read, though value {bound_value} after it was",
         })
     return cases
 

@@ -1,0 +1,108 @@
+"""Every shipped scenario, end to end: its rules through the proxy, the real
+workload on the embedded broker, and the analysis, by the demo's own path
+(kproxy.demo.run_demo). Each fault scenario must have the analysis attribute
+to one of its rules what its rule file's `Expect:` line names; the rule-free
+run (healthy) is the control, and attributes nothing to any rule.
+
+The runs share one broker (each with its own topics) and one Spark session,
+and run a few at a time: a run is mostly waiting on the clients.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from kproxy.demo import rules_dir, scenarios
+
+# The first test also waits for every run (the session fixture).
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+
+#: Seconds of workload per scenario: long enough for each fault to meet the
+#: clients, short enough that every scenario fits the suite's budget.
+DURATION_S = 8.0
+#: Scenarios running at once on the shared broker.
+AT_ONCE = 4
+CONTROL = "healthy"
+#: Scenarios that are not fault scenarios of their own.
+NOT_CHECKED = {"chaos-latency"}  # latency only: a dashboard demo, no verdict to assert
+
+_EXPECT = re.compile(r"^#\s*Expect:\s*(.+)$", re.MULTILINE)
+_CLASS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
+
+
+def expected(rule_file: Path) -> set[str]:
+    """The classes a rule file's `# Expect:` line names (comma-separated;
+    `nothing` for none). A prose line is a test failure: the line is what
+    the test asserts."""
+    match = _EXPECT.search(rule_file.read_text())
+    assert match, f"{rule_file}: no '# Expect:' line"
+    names = {n.strip() for n in match.group(1).split(",")}
+    bad = [n for n in names if not _CLASS.match(n)]
+    assert not bad, f"{rule_file}: the Expect line must list class names, comma-separated: {bad}"
+    return set() if names == {"nothing"} else names
+
+
+def attributed(report: dict) -> dict[str, set[str]]:
+    """rule -> the classes the analysis attributes to it (cases or effects)."""
+    found: dict[str, set[str]] = {}
+    for row in report["stats"].get("fault_impact", []):
+        classes = found.setdefault(row["rule"], set())
+        if row["anomaly"] == "rule-effect":
+            classes.update(row.get("effects") or [])
+        elif row["anomaly"]:
+            classes.add(row["anomaly"])
+    return found
+
+
+@pytest.fixture(scope="session")
+def scenario_reports(broker, spark, tmp_path_factory) -> dict[str, dict]:
+    """Every shipped scenario run once, seed 1, by the demo's path."""
+    from kproxy.demo import run_demo
+
+    out = tmp_path_factory.mktemp("scenarios")
+    names = sorted(set(scenarios()) - NOT_CHECKED)
+
+    def run(name: str) -> tuple[str, dict]:
+        result = run_demo(name, out / name, seed=1, duration=DURATION_S, bootstrap=broker.bootstrap, spark=spark,
+                          say=lambda _line: None, progress=False)
+        assert result.exit_code in (0, 1), f"{name}: exit {result.exit_code}"
+        return name, result.report
+
+    with ThreadPoolExecutor(max_workers=AT_ONCE, thread_name_prefix="scenario") as pool:
+        return dict(pool.map(run, names))
+
+
+def test_the_rule_free_run_attributes_nothing_to_any_rule(scenario_reports):
+    report = scenario_reports[CONTROL]
+    assert report["stats"].get("fault_impact", []) == []
+    causes = report["stats"].get("causes", {})
+    assert not any(label.startswith("rule:") for by in causes.values() for label in by)
+
+
+@pytest.mark.parametrize("name", sorted(set(scenarios()) - NOT_CHECKED - {CONTROL}))
+def test_each_scenario_attributes_what_its_rule_file_expects(scenario_reports, name):
+    report = scenario_reports[name]
+    expect = expected(rules_dir() / f"{name}.yaml")
+    by_rule = attributed(report)
+    every = set().union(*by_rule.values()) if by_rule else set()
+    assert by_rule, f"{name}: no rule acted"
+    if expect:
+        assert expect & every, f"{name}: expected one of {sorted(expect)} attributed to a rule, got {by_rule}"
+    # What a rule is credited with as an error must be absent from the
+    # rule-free run, or the rule adds to what the broker does on its own.
+    control = scenario_reports[CONTROL]["counts"]
+    for rule, classes in by_rule.items():
+        for anomaly in classes & set(report.get("errors", [])):
+            cases = next(r["cases"] for r in report["stats"]["fault_impact"]
+                         if r["rule"] == rule and r["anomaly"] == anomaly)
+            assert cases > 0 and (control.get(anomaly, 0) == 0 or report["counts"][anomaly] > control[anomaly]), (
+                f"{name}: {anomaly} credited to {rule} but the rule-free run has {control.get(anomaly)}")
+
+
+def test_every_rule_file_has_a_machine_readable_expectation():
+    for path in sorted(rules_dir().glob("*.yaml")):
+        expected(path)
