@@ -165,7 +165,7 @@ def cause_of(name: str, case: Mapping[str, Any], facts: Facts) -> dict | None:
         return facts.find(key, value, SERVED_WRONGLY) or _unexplained()
     if name in ("lost-write", "unseen"):
         return facts.find(key, value, MISSED) or _unexplained()
-    if name == "poll-skip":
+    if name in ("poll-skip", "int-poll-skip"):
         skipped = case.get("skipped") or []
         # A skipped value is either a committed one this reader missed, or an
         # aborted one that is in the order only because another read was served it.

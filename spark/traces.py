@@ -34,7 +34,8 @@ def load_traces(spark: SparkSession, directory: str | Path) -> DataFrame:
         raise FileNotFoundError(f"trace directory not found: {directory}")
     schema = spark_schema()
     frames: list[DataFrame] = []
-    jsonl = _files(directory, ".jsonl")
+    # Rotated files a user compressed (or recorded test data) read as they are.
+    jsonl = _files(directory, ".jsonl") + _files(directory, ".jsonl.gz")
     if jsonl:
         # PERMISSIVE: a proxy killed mid-write leaves a torn last line; it
         # parses to an all-null row, dropped below, instead of failing the run.
@@ -472,8 +473,9 @@ def _marker_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame) -> Data
     )
     return (
         timeline.withColumn("marker_fate", fate)
+        .withColumn("next_marker_fate", F.when(next_marker == "commit", "committed").when(next_marker == "abort", "aborted"))
         .where(F.col("kind") == 1)
-        .select("topic", "partition", "offset", "marker_fate")
+        .select("topic", "partition", "offset", "marker_fate", "next_marker_fate")
     )
 
 

@@ -482,8 +482,12 @@ def late_produces(attempts: DataFrame, log: DataFrame) -> DataFrame:
 
 
 def _served(fetched: DataFrame, log: DataFrame) -> DataFrame:
-    """Data records served to read_committed fetches, with their fate in the log."""
-    fates = log.select("topic", "partition", "offset", "fate", "fate_source")
+    """Data records served to read_committed fetches, with their fate in the
+    log. A broker is judged by its own log: where the trace shows the
+    producer's next marker after the record, that marker is its fate here
+    (not an aborted-transactions entry, which is what is being judged)."""
+    fates = log.select("topic", "partition", "offset", F.coalesce("next_marker_fate", "fate").alias("fate"),
+                       "fate_source")
     return fetched.where(F.col("read_committed") & F.col("control").isNull()).join(
         fates, ["topic", "partition", "offset"])
 
