@@ -138,6 +138,7 @@ def analyze(
     # Parsed once: the statistics, the pass and the wire job all read the
     # operations, and parsing JSON costs more than reading kept rows back.
     ops = load_history(spark, str(history_path)).persist(storage_level(spark))
+    cached = [ops]
 
     def history_stats() -> tuple[dict, list, dict]:
         describe_jobs(ops, "history totals")
@@ -160,8 +161,9 @@ def analyze(
         from spark.wire import read_wire_rows, wire_frame
 
         traces = load_traces(spark, traces_dir).cache()
+        cached.append(traces)
         describe_jobs(traces, "wire checks and statistics")
-        return read_wire_rows(wire_frame(ops, traces, isolation).collect())
+        return read_wire_rows(wire_frame(ops, traces, isolation, cached).collect())
 
     # The three are independent: run concurrently, Spark interleaves their
     # jobs (the history pass is mostly Python, the wire job mostly JVM).
@@ -199,7 +201,9 @@ def analyze(
     write_html(report, str(out / "report.html"))
     phases["render"] = round(time.monotonic() - rendering, 3)
     describe_jobs(ops, None)
-    spark.catalog.clearCache()
+    # Only this analysis's own caches: others may share the session.
+    for frame in cached:
+        frame.unpersist()
     step("done")
     report["stats"]["elapsed_s"] = round(time.monotonic() - started, 3)
     report["stats"]["phases_s"] = phases

@@ -763,13 +763,14 @@ WIRE_ORDER = {
 }
 
 
-def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> DataFrame:
+def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
+               cached: list[DataFrame] | None = None) -> DataFrame:
     """Every wire check's cases and every wire statistic in one frame
     (check, case as JSON), so the whole wire analysis is collected in one
     Spark job: the anomalies of wire_checks, the ``latency`` and
     ``fault-impact`` tables, and ``~phases``, ``~end-txn-outcomes``,
     ``~trace-events`` and ``~clock-offset`` for the report's stats."""
-    tables = dict(wire_checks(ops, traces, isolation))
+    tables = dict(wire_checks(ops, traces, isolation, cached))
     tables["~rule-touches"] = rule_touches(traces)
     tables["~phases"] = fault_phases(traces)
     tables["~end-txn-outcomes"] = end_txn_outcomes(traces)
@@ -826,9 +827,12 @@ def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
     return tables, stats
 
 
-def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> dict[str, DataFrame]:
+def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
+                cached: list[DataFrame] | None = None) -> dict[str, DataFrame]:
     """Every wire anomaly: name -> cases. `isolation` says how to tell
-    read_committed fetches (see spark.traces.fetched_records)."""
+    read_committed fetches (see spark.traces.fetched_records). The frames
+    cached here are appended to `cached`, for the caller to release: analyses
+    that share a session must not clear each other's caches."""
     # Every check reads these; cached, each is computed once inside the job
     # that collects the checks (a cache costs no job of its own).
     sent = history_sends(ops).cache()
@@ -838,6 +842,8 @@ def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto") -> d
     # fits the cache.
     fetched = fetched_records(traces, isolation).select(*FETCHED_COLUMNS).cache()
     log = landings(traces, isolation, attempts=attempts, fetched=fetched).cache()
+    if cached is not None:
+        cached += [sent, attempts, fetched, log]
     cases: dict[str, DataFrame] = {
         "torn-transaction": torn_transactions(sent, log),
         "stale-end-txn": stale_end_txns(traces),

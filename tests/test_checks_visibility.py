@@ -22,7 +22,8 @@ def test_aborted_read_of_a_failed_transaction(run_checks):
         "G1a",
     )
     assert found["G1a"] == [
-        {"key": 1, "value": 10, "offset": 0, "reader_index": 3, "reader_process": 1, "writer_index": 1, "writer_process": 0}
+        {"key": 1, "value": 10, "offset": 0, "reader_index": 3, "reader_process": 1, "writer_index": 1, "writer_process": 0,
+         "explanation": "process 1 read key 1 value 10 at offset 0 (op 3), though its send failed (op 1, process 0)"}
     ]
 
 
@@ -79,6 +80,7 @@ def test_lost_write_below_the_highest_read(run_checks):
             "key": 1, "value": 11, "offset": 1, "vo_index": 1,
             "max_read_index": 2, "max_read_value": 12, "max_read_reader_index": 3,
             "writer_index": 1, "writer_process": 0, "writer_type": "ok",
+            "explanation": "key 1 value 11 (offset 1, written by op 1, ok) was never read, though value 12 after it was",
         }
     ]
 
