@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Three Apache Kafka nodes behind the proxy, one stopped and restarted mid-run; count what the brokers answered.
 
-    scripts/kafka-node-stop.py [--client confluent-kafka|kafka-python|java] [--out DIR]
+    scripts/kafka-node-stop.py [--client confluent-kafka|kafka-python|java] [--txn] [--out DIR]
 
 No rule is loaded: every error response in the records-level trace is the
 brokers' own (docs/kafka.md, "A node stopped mid-run").
@@ -33,6 +33,7 @@ def main() -> int:
     parser.add_argument("--client", default="confluent-kafka")
     parser.add_argument("--version", default=DEFAULT_VERSION)
     parser.add_argument("--duration", type=float, default=14.0)
+    parser.add_argument("--txn", action="store_true", help="transactional workload (coordinators move too)")
     parser.add_argument("--out", type=Path, default=Path("node-stop-out"))
     args = parser.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
@@ -50,7 +51,8 @@ def main() -> int:
             mover = threading.Thread(target=stop_and_restart)
             mover.start()
             summary = run_workload(WorkloadConfig(bootstrap=proxy.bootstrap, client=args.client, duration=args.duration,
-                                                  seed=5, final_reads_timeout=30, crash_probability=0.0),
+                                                  seed=5, final_reads_timeout=30, crash_probability=0.0,
+                                                  txn=args.txn, abort_probability=0.2 if args.txn else 0.0),
                                    args.out / "history.jsonl", progress=False)
             mover.join()
     answered: collections.Counter[tuple[str, str, str | None]] = collections.Counter()

@@ -172,7 +172,7 @@ def cached(version: str, part: str) -> KafkaJars | None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -250,7 +250,7 @@ def resolve(version: str, part: str, say: Say = lambda _: None) -> KafkaJars:
         raise KafkaSetupError("mvn is needed to fetch Kafka's jars from Maven Central (install maven), "
                               "or pass --kafka-home DIR")
     directory = part_dir(version, part)
-    with _locked(directory.parent / f".{part}.lock"):
+    with locked(directory.parent / f".{part}.lock"):
         found = cached(version, part)  # another process may have finished while we waited
         if found is not None:
             return found

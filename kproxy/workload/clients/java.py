@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from kproxy.kafka.jars import DEFAULT_VERSION, KafkaJars, KafkaSetupError, _locked, cache_root, client_jars, preflight
+from kproxy.kafka.jars import DEFAULT_VERSION, KafkaJars, KafkaSetupError, locked, cache_root, client_jars, preflight
 from kproxy.workload.clients.base import Delivery, Record, TopicPartition
 from kproxy.workload.errors import ClientFailure
 
@@ -75,7 +75,7 @@ def compiled_bridge(jars: KafkaJars) -> Path:
     javac = shutil.which("javac")
     if javac is None:
         raise KafkaSetupError("javac (a JDK 17+, e.g. openjdk-17-jdk-headless) is needed to build the Java client bridge")
-    with _locked(target.parent / ".lock"):
+    with locked(target.parent / ".lock"):
         if (target / "ClientBridge.class").is_file():
             return target
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
