@@ -31,7 +31,15 @@ from typing import Any
 
 import orjson
 
-from kproxy.kafka.jars import DEFAULT_VERSION, KafkaJars, KafkaSetupError, locked, cache_root, client_jars, preflight
+from kproxy.kafka.jars import (
+    DEFAULT_VERSION,
+    KafkaJars,
+    KafkaSetupError,
+    cache_root,
+    client_jars,
+    locked,
+    preflight,
+)
 from kproxy.workload.clients.base import Delivery, Record, TopicPartition
 from kproxy.workload.errors import ClientFailure
 
