@@ -35,7 +35,6 @@ RULES = str(Path(__file__).parent.parent / "rules" / "torn-transaction.yaml")
 RULE_ID = "stale-commit-into-next-txn"
 GAP_S = 0.5
 PRODUCER_FENCED = 90
-CONCURRENT_TRANSACTIONS = 51
 ATTEMPTS = 3
 
 pytestmark = pytest.mark.timeout(180)
@@ -152,8 +151,9 @@ def test_the_analysis_finds_kafka_fencing_the_stale_commit_for_the_java_client(k
     assert report["broker"]["software"] == "Apache Kafka"
     stale = report["anomalies"].get("stale-end-txn", [])
     assert stale, "the rule copied no EndTxn"
-    assert {case["response_error_code"] for case in stale} <= {PRODUCER_FENCED, CONCURRENT_TRANSACTIONS}
-    assert PRODUCER_FENCED in {case["response_error_code"] for case in stale}
+    answers = {case["response_error_code"] for case in stale}
+    assert 0 not in answers, "Kafka accepted a stale commit"  # every copy was refused
+    assert PRODUCER_FENCED in answers
     for name in ("torn-transaction", "client-outcome-mismatch", "G1a"):
         assert report["counts"][name] == 0, name
 
