@@ -143,6 +143,7 @@ def test_java_client_workload_through_the_proxy(kafka_broker: KafkaBroker, tmp_p
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(300)  # the session's first analysis also warms Spark up
 def test_the_analysis_finds_kafka_fencing_the_stale_commit_for_the_java_client(kafka_broker: KafkaBroker, spark,
                                                                                tmp_path: Path) -> None:
     result = run_demo("torn-transaction", tmp_path, bootstrap=kafka_broker.bootstrap, client="java", duration=6,
@@ -159,6 +160,7 @@ def test_the_analysis_finds_kafka_fencing_the_stale_commit_for_the_java_client(k
 
 
 @pytest.mark.spark
+@pytest.mark.timeout(300)
 def test_the_analysis_blames_the_rule_for_librdkafkas_torn_transaction_on_kafka(kafka_broker: KafkaBroker, spark,
                                                                                 tmp_path: Path) -> None:
     for seed in (1, 2):  # the stale copy races the next transaction: a run may miss it; another seed does not
