@@ -237,10 +237,25 @@ def _producer_key(tid: str, pid: str, epoch: str) -> list["F.Column"]:
 TXN_KEY = ("txn_id", "txn_pid", "txn_epoch")
 
 
+def closed_in_flight(traces: DataFrame) -> DataFrame:
+    """Requests a connection left without an answer when it closed (close
+    events' `in_flight`): the exchange key, `state` (where the request was)
+    and `lost_reason`, e.g. 'lost: connection closed (client_closed)'."""
+    closes = _with_coalesced_ids(traces).where((F.col("direction") == "close") & F.col("in_flight").isNotNull())
+    entries = closes.select("proxy_id", "close_reason", F.explode("in_flight").alias("r"))
+    return entries.select(
+        "proxy_id", F.col("r.conn_id").alias("conn_id"), F.col("r.correlation_id").alias("correlation_id"),
+        F.coalesce(F.col("r.copy"), F.lit(0)).alias("copy"), F.col("r.state").alias("state"),
+        F.concat(F.lit("lost: connection closed ("), F.coalesce("close_reason", F.lit("no reason given")),
+                 F.lit(")")).alias("lost_reason"),
+    ).dropDuplicates(list(EXCHANGE))
+
+
 def produce_attempts(traces: DataFrame) -> DataFrame:
     """One row per record per Produce request event (copies included), with
     the partition's answer: response_error, landed_offset and a status of
-    ok | error | not-delivered | no-response."""
+    ok | error | not-delivered | lost (its connection closed with it in
+    flight: `lost_reason`) | no-response."""
     records = trace_records(traces).where((F.col("api") == "produce") & (F.col("direction") == "request"))
     responses = trace_partitions(traces).where(
         (F.col("api") == "produce") & (F.col("direction") == "response")
@@ -253,11 +268,14 @@ def produce_attempts(traces: DataFrame) -> DataFrame:
         F.col("mono_ns").alias("response_ns"),
         F.col("upstream_latency_ms").alias("response_upstream_ms"),
     )
-    joined = records.join(responses, [*EXCHANGE, "topic", "partition"], "left")
+    joined = records.join(responses, [*EXCHANGE, "topic", "partition"], "left").join(
+        closed_in_flight(traces).select(*EXCHANGE, "lost_reason"), list(EXCHANGE), "left")
     delivered = _delivered()
     status = (
         F.when(delivered & (F.col("response_error") == 0), "ok")
         .when(F.col("response_error") != 0, "error")
+        .when(F.col("outcome").isin(*NOT_DELIVERED), "not-delivered")
+        .when(F.col("lost_reason").isNotNull(), "lost")
         .when(~delivered, "not-delivered")
         .otherwise("no-response")
     )
@@ -284,6 +302,7 @@ def produce_attempts(traces: DataFrame) -> DataFrame:
         "transactional",
         "response_error",
         status.alias("status"),
+        F.when(F.col("response_error").isNull(), F.col("lost_reason")).alias("lost_reason"),
         F.when(
             delivered & (F.col("response_error") == 0) & (F.col("response_base_offset") >= 0),
             F.col("response_base_offset") + F.col("record_index"),

@@ -451,6 +451,7 @@ def late_produces(attempts: DataFrame, log: DataFrame) -> DataFrame:
             F.array_sort(F.collect_list(F.array("key_long", "value_long"))).alias("records"),
             F.array_sort(F.collect_set("landed_offset")).alias("landed_offsets"),
             F.array_sort(F.collect_set("landed_fate")).alias("landed_fates"),
+            F.first("lost_reason", ignorenulls=True).alias("lost_reason"),
         )
         .withColumn("rules", F.array_compact(F.array("rule")))
         .withColumn("explanation", F.concat(
@@ -468,7 +469,8 @@ def late_produces(attempts: DataFrame, log: DataFrame) -> DataFrame:
             F.lit(" "), _at(F.col("conn_id"), F.col("correlation_id")),
             F.when(F.size("landed_offsets") == 1, F.concat(F.lit(", landed at offset "), _numbers(F.col("landed_offsets"))))
             .when(F.size("landed_offsets") > 1, F.concat(F.lit(", landed at offsets "), _numbers(F.col("landed_offsets"))))
-            .otherwise(F.lit(", did not land (error or no response)")),
+            .otherwise(F.concat(F.lit(", did not land ("),
+                                F.coalesce(F.col("lost_reason"), F.lit("error or no response")), F.lit(")"))),
             F.when(F.size("landed_fates") > 0, F.concat(
                 F.lit(" in a transaction that "),
                 F.array_join(F.transform("landed_fates", lambda f: F.when(f == "committed", F.lit("committed"))

@@ -181,3 +181,22 @@ def test_a_held_request_delivered_late_counts_as_delivered(spark, tmp_path):
     found = _wire(spark, tmp_path, s)
     [effect] = found["rule-effect"]
     assert effect["writes"]["landed_once"] == 1 and effect["writes"]["never_landed"] == 0
+
+
+def test_a_request_its_connection_closed_on_is_lost_not_unanswered(spark, tmp_path):
+    from spark.traces import load_traces, produce_attempts
+
+    s = Scenario()
+    s.op(0, "ok", "create", [8, "t", 0])
+    s.op(0, "invoke", "send", [["send", 8, 1]])
+    records = [{"offset": None, "key": "8", "value": "1", "producer_id": 2000, "producer_epoch": 0, "sequence": 0,
+                "transactional": False}]
+    s.event(direction="request", api="produce", conn_id=1, correlation_id=1,
+            partitions=[{"topic": "t", "partition": 0, "records": records}])
+    s.event(direction="close", api=None, conn_id=1, close_reason="client_closed",
+            in_flight=[{"conn_id": 1, "correlation_id": 1, "copy": 0, "api": "produce", "api_key": 0,
+                        "api_version": 9, "state": "awaiting_broker"}])
+    s.op(0, "info", "send", [["send", 8, 1]], error="timeout")
+    _, traces_dir = s.write(tmp_path)
+    [attempt] = produce_attempts(load_traces(spark, traces_dir)).collect()
+    assert attempt["status"] == "lost" and attempt["lost_reason"] == "lost: connection closed (client_closed)"
