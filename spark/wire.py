@@ -598,9 +598,10 @@ def value_facts(fetched: DataFrame, log: DataFrame, removed: DataFrame) -> DataF
     * ``stale-end-txn``: the EndTxn that decided the record was stale (rule:
       the rule that delivered it), detail its fate;
     * ``late-produce``: the record's Produce landed in a later transaction;
-    * ``aborted-txn-not-listed`` / ``stale-aborted-entry`` /
-      ``past-last-stable-offset``: a read_committed response served it so
-      (rule: the rewriting rule when its rewrite made it so);
+    * ``aborted-txn-not-listed`` / ``stale-aborted-entry``: a
+      read_committed response served it so (rule: the rewriting rule when its
+      rewrite made it so); ``past-last-stable-offset``: the broker's own
+      response served it beyond its LSO;
     * ``removed-by-rule``: a rule took it out of a Fetch response.
     """
     def pick(frame: DataFrame, fact: str, rule: Column, detail: Column) -> DataFrame:
@@ -621,8 +622,10 @@ def value_facts(fetched: DataFrame, log: DataFrame, removed: DataFrame) -> DataF
              F.when(F.coalesce("upstream_listed_aborted", F.lit(False)), F.col("rule")), F.col("client_id")),
         pick(served.where((F.col("fate") == "committed") & F.col("listed_aborted")), "stale-aborted-entry",
              F.when(~F.coalesce("upstream_listed_aborted", F.lit(True)), F.col("rule")), F.col("client_id")),
-        pick(served.where(F.col("past_lso")), "past-last-stable-offset",
-             F.when(~F.coalesce("upstream_past_lso", F.lit(True)), F.col("rule")), F.col("client_id")),
+        # Only the broker's own: a rule that lowers the LSO changes a number,
+        # not which records the client gets, so it explains no read.
+        pick(served.where(F.col("past_lso") & F.coalesce("upstream_past_lso", F.lit(True))),
+             "past-last-stable-offset", F.lit(None).cast("string"), F.col("client_id")),
         pick(removed.where(F.col("control").isNull() & F.col("key_long").isNotNull()), "removed-by-rule",
              F.col("rule"), F.col("client_id")),
         pick(landed.where(F.col("produce_copy") > 0), "copy-landed", F.col("produce_rule"), F.col("fate")),
