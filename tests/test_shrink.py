@@ -102,6 +102,17 @@ def test_a_broker_kind_and_an_address_are_refused_together(tmp_path):
     assert done.returncode == 2 and "give one of them" in done.stderr
 
 
+def test_an_address_where_no_broker_answers_fails_before_anything_runs(tmp_path):
+    from kproxy.brokers.process import free_port
+
+    port = free_port()
+    done = kproxy("--rules", str(NOISY), "--anomaly", "torn-transaction", "--bootstrap", f"127.0.0.1:{port}",
+                  "--out", str(tmp_path / "out"))
+    assert done.returncode == 3
+    assert f"shrink failed: cannot connect to the broker at 127.0.0.1:{port}" in done.stderr
+    assert not (tmp_path / "out" / "candidates").exists()
+
+
 # --- the whole shrink (minutes) ----------------------------------------------
 
 

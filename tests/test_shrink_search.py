@@ -200,3 +200,18 @@ def test_a_case_whose_cause_is_a_rule_blames_it():
                                                           {"cause": {"by": "broker"}}]},
               "stats": {"fault_impact": []}}
     assert attributed_rules(report, "G1a") == {"stale-abort"}
+
+
+def test_the_minimal_file_says_what_changed_in_each_rule():
+    from kproxy.shrink.runner import annotated
+    from kproxy.shrink.search import Step
+
+    kept = [Step("rules", "drop rule latency", "kept"),
+            Step("conditions", "rule stale-commit: drop match conditions committed, txn_number", "kept"),
+            Step("params", "rule stale-commit: action.copies 3 -> 1", "kept")]
+    rules = {"version": 1, "rules": [{**TORN, "description": "copy of a commit"}, FETCH]}
+    out = annotated(rules, kept)
+    assert out["rules"][0]["description"] == (
+        "copy of a commit [shrunk: drop match conditions committed, txn_number; action.copies 3 -> 1]")
+    assert "description" not in out["rules"][1]
+    assert rules["rules"][0]["description"] == "copy of a commit"  # the candidate itself is left alone

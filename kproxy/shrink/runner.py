@@ -28,6 +28,9 @@ from kproxy.shrink.search import (
 
 DEFAULT_RUNS_PER_CANDIDATE = 1
 DEFAULT_BUDGET_MINUTES = 30.0
+# A run that fails (a client library crashing, say) rejects its candidate; this
+# many in a row mean the set-up broke (the broker died) and the shrink ends.
+MAX_FAILED_RUNS_IN_A_ROW = 3
 
 
 class NotReproduced(Exception):
@@ -113,6 +116,7 @@ class _Runner:
         self.number = 0
         self.run_times: list[float] = []
         self.runs = 0
+        self.failures = 0  # runs failed in a row
         self.require_rule = True
         self.best: Candidate | None = None
         self.best_run: Path | None = None  # the best candidate's run that showed the anomaly
@@ -143,7 +147,19 @@ class _Runner:
                     raise Stop("budget")
             run_dir = directory / f"run-{attempt}"
             began = self.clock()
-            report = self._run(candidate, rules_path, run_dir)
+            try:
+                report = self._run(candidate, rules_path, run_dir)
+            except Exception as exc:  # noqa: BLE001 - a failed run is a verdict, not the end of the shrink
+                self.runs += 1
+                self.failures += 1
+                runs.append({"run": attempt, "dir": str(run_dir.relative_to(self.config.out_dir)), "count": 0,
+                             "blamed_rules": [], "reproduced": False, "error": f"{type(exc).__name__}: {exc}",
+                             "counts": {}})
+                self.say(f"  run {attempt} failed: {type(exc).__name__}: {exc} (see {run_dir / 'demo.log'})")
+                if number == 0 or self.failures >= MAX_FAILED_RUNS_IN_A_ROW:
+                    raise
+                continue
+            self.failures = 0
             self.run_times.append(self.clock() - began)
             self.runs += 1
             count = report.get("counts", {}).get(self.config.anomaly, 0)
@@ -197,7 +213,11 @@ def run_shrink(config: ShrinkConfig, *, spark: Any = None, say: Callable[[str], 
 
     stop_broker: Callable[[], None] = lambda: None  # noqa: E731
     bootstrap = config.bootstrap
-    if bootstrap is None:
+    if bootstrap is not None:
+        from kproxy.brokers.identify import identify
+
+        say(f"using the broker at {bootstrap}: {identify(bootstrap).describe()}")  # no broker there: fail now
+    else:
         from kproxy.brokers import start_broker
         from kproxy.demo import DEFAULT_BROKER
 
@@ -305,7 +325,7 @@ def write_results(config: ShrinkConfig, runner: _Runner, result: Result, first_s
         "What the shrink removed:" if kept else "The shrink removed nothing.",
         *[f"  - {s.change}" for s in kept],
     ]
-    minimal_path.write_text(rules_yaml(dict(best.rules), header))
+    minimal_path.write_text(rules_yaml(annotated(best.rules, kept), header))
     (out / "replay.sh").write_text("#!/bin/sh\n# Reproduces " + config.anomaly + " with the shrunk rules and workload.\n"
                                    + replay + "\n")
     if runner.best_run is not None:
@@ -337,11 +357,24 @@ def write_results(config: ShrinkConfig, runner: _Runner, result: Result, first_s
     return summary
 
 
+def annotated(rules: Any, kept: list[Step]) -> dict[str, Any]:
+    """The rule file with each changed rule's description saying what the shrink changed in it
+    (its id and description were written for the rule as it was)."""
+    out = json.loads(json.dumps(rules))
+    for rule in out.get("rules", []):
+        prefix = f"rule {rule['id']}: "
+        changes = [s.change.removeprefix(prefix) for s in kept if s.change.startswith(prefix)]
+        if changes:
+            said = rule.get("description", "")
+            rule["description"] = f"{said} [shrunk: {'; '.join(changes)}]".strip()
+    return out
+
+
 def _step_json(step: Step) -> dict[str, Any]:
     out: dict[str, Any] = {"axis": step.axis, "change": step.change, "outcome": step.outcome}
     if step.verdict is not None and step.verdict.detail:
         out["candidate"] = step.verdict.detail.get("candidate")
-        out["runs"] = [{k: r[k] for k in ("run", "count", "blamed_rules", "reproduced") if k in r}
+        out["runs"] = [{k: r[k] for k in ("run", "count", "blamed_rules", "reproduced", "error") if k in r}
                        for r in step.verdict.detail.get("runs", ())]
         out["counts"] = step.verdict.detail.get("runs", [{}])[-1].get("counts", {})
     if step.reason:
