@@ -122,7 +122,7 @@ def test_an_address_where_no_broker_answers_fails_before_anything_runs(tmp_path)
 def test_the_torn_transaction_shrinks_to_its_endtxn_rule_and_replays(broker, spark, tmp_path):
     out = tmp_path / "shrink"
     config = ShrinkConfig(rules_file=NOISY, anomaly="torn-transaction", out_dir=out, bootstrap=broker.bootstrap,
-                          duration=10, budget_s=40 * 60)
+                          duration=6, budget_s=40 * 60)
     started = time.monotonic()
     run_shrink(config, spark=spark, say=print)
     summary = json.loads((out / "shrink.json").read_text())
