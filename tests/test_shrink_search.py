@@ -215,3 +215,21 @@ def test_the_minimal_file_says_what_changed_in_each_rule():
         "copy of a commit [shrunk: drop match conditions committed, txn_number; action.copies 3 -> 1]")
     assert "description" not in out["rules"][1]
     assert rules["rules"][0]["description"] == "copy of a commit"  # the candidate itself is left alone
+
+
+def test_action_numbers_shrink_towards_their_smallest():
+    slow = {"id": "slow-commits", "match": {"api": "end_txn", "nth": 6, "probability": 0.8},
+            "action": {"type": "delay", "ms": 1500, "jitter_ms": 500}}
+
+    def needs_a_long_delay(candidate):
+        rule = candidate.rules["rules"][0]
+        return rule["action"]["ms"] >= 300 and rule["match"].get("nth", 1) >= 2
+
+    start = Candidate({"version": 1, "rules": [slow]}, Workload(1, 2, 1, 1))
+    result = shrink(start, judge_with(needs_a_long_delay)[0])
+    rule = result.best.rules["rules"][0]
+    assert 300 <= rule["action"]["ms"] < 1500
+    assert "jitter_ms" not in rule["action"] or rule["action"]["jitter_ms"] == 0
+    assert rule["match"]["nth"] == 2
+    assert "probability" not in rule["match"]  # a condition: dropped before numbers are tried
+    assert any(s.change == "rule slow-commits: action.jitter_ms 500 -> 0" for s in result.kept)
