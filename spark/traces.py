@@ -45,11 +45,64 @@ def load_traces(spark: SparkSession, directory: str | Path) -> DataFrame:
         frames.append(spark.read.schema(schema).parquet(*parquet))
     if not frames:
         return spark.createDataFrame([], schema)
+    # Side files are named relative to the event file that references them.
+    frames = [frame.withColumn(_SOURCE, F.input_file_name()) for frame in frames]
     traces = frames[0]
     for frame in frames[1:]:
         traces = traces.unionByName(frame)
     # A torn last line of a killed writer parses to an all-null row; drop it.
-    return traces.where(F.col("direction").isNotNull())
+    return with_side_records(traces.where(F.col("direction").isNotNull()))
+
+
+_SOURCE = "_trace_file"
+
+
+def _decode_side_partitions(partitions, source, api, direction):  # noqa: ANN001, ANN202 - runs on the executors
+    """A version-3 event's partitions with `records` decoded from the raw batches in its side file."""
+    from urllib.parse import unquote, urlparse
+
+    from kproxy.protocol.record_views import side_records
+
+    directory = Path(unquote(urlparse(source).path)).parent
+    out = []
+    for row in partitions:
+        part = row.asDict(recursive=True)
+        name = part.get("records_file")
+        if name and part.get("records") is None:
+            path = directory / name
+            offset, length = part["records_offset"], part["records_length"]
+            with open(path, "rb") as f:
+                f.seek(offset)
+                raw = f.read(length)
+            if len(raw) != length:
+                raise ValueError(f"{path}: {length} bytes at offset {offset} referenced by {source}, only {len(raw)} there")
+            part["records"] = side_records(raw, api, direction, part)
+        out.append(part)
+    return out
+
+
+def with_side_records(traces: DataFrame) -> DataFrame:
+    """Fill version-3 partitions' `records` from their side files, as version 2 carried them inline.
+
+    The proxy only copied each partition's raw record batches to a side file;
+    decompressing (cramjam) and decoding them happens here, on the executors,
+    in parallel over the events that have any. Events without (version 2,
+    headers-level, other APIs) pass through untouched, so everything
+    downstream (trace_records and its users) reads both versions alike.
+    """
+    if _SOURCE not in traces.columns:
+        return traces
+    partitions_type = traces.schema["partitions"].dataType
+    decode = F.udf(_decode_side_partitions, partitions_type)
+    needs = F.coalesce(
+        F.exists("partitions", lambda p: p["records_file"].isNotNull() & p["records"].isNull()), F.lit(False)
+    )
+    columns = [c for c in traces.columns if c != _SOURCE]
+    untouched = traces.where(~needs).select(*columns)
+    decoded = traces.where(needs).withColumn(
+        "partitions", decode("partitions", _SOURCE, "api", "direction")
+    ).select(*columns)
+    return untouched.unionByName(decoded)
 
 
 def _with_coalesced_ids(traces: DataFrame) -> DataFrame:

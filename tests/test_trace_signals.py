@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.obs.trace_files import iter_trace_events, trace_files
+from kproxy.obs.trace_files import TraceFileError, iter_trace_events, trace_files
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
 from kproxy.proxy_process import ProxyProcess
 from tests.fixtures.broker import create_topic
@@ -166,7 +166,21 @@ def test_sigkill_leaves_a_trace_readable_up_to_the_last_flushed_event(
     torn_dir = tmp_path / "torn"
     torn_dir.mkdir()
     (torn_dir / trace_file.name).write_bytes(complete + last_line[: len(last_line) // 2])
+    # The records are in the side file, written before the lines that point
+    # at them: a kill mid-write can leave unreferenced bytes behind its end
+    # (here half a batch), never a line pointing past it.
+    side = trace_file.with_suffix(".records")
+    side_data = side.read_bytes()
+    referenced = [p for e in iter_trace_events(traces, records=False) for p in e["partitions"] or () if p["records_file"]]
+    assert referenced and {p["records_file"] for p in referenced} == {side.name}
+    assert all(p["records"] is None for p in referenced), "the proxy decoded records"
+    assert max(p["records_offset"] + p["records_length"] for p in referenced) <= len(side_data)
+    (torn_dir / side.name).write_bytes(side_data + side_data[:30])
     assert list(iter_trace_events(torn_dir)) == events
+    # A line pointing past its side file's end is corruption, named with the file.
+    (torn_dir / side.name).write_bytes(side_data[: max(p["records_offset"] for p in referenced)])
+    with pytest.raises(TraceFileError, match=re.escape(side.name)):
+        list(iter_trace_events(torn_dir))
 
 def test_sigterm_under_load_writes_every_event_the_client_saw(
         proxy_factory, broker, tmp_path: Path, topic_name: str) -> None:

@@ -62,17 +62,24 @@ AFTER_CUT_RECV_BYTES = 16 * 1024
 class CutThrough:
     """A response frame being forwarded as its bytes arrive."""
 
-    __slots__ = ("ex", "size", "remaining", "scan")
+    __slots__ = ("ex", "size", "remaining", "scan", "chunks")
 
-    def __init__(self, ex: Exchange, size: int, scan: error_scan.FetchErrorScan | None) -> None:
+    def __init__(
+        self, ex: Exchange, size: int, scan: error_scan.FetchErrorScan | None, chunks: list[bytes] | None = None
+    ) -> None:
         self.ex = ex
         self.size = size  # whole frame, prefix included
         self.remaining = size
         self.scan = scan  # error codes for the trace, read on the way through
+        # Tracing at `records`: every chunk forwarded, kept for the trace
+        # writer, which scans the batches and copies them to its side file.
+        self.chunks = chunks
 
     def relayable(self) -> int:
         """Bytes that may be relayed broker -> client unseen now: all the rest,
-        or with a scan, the records it skips (if worth a relay)."""
+        or with a scan, the records it skips (if worth a relay); none when every byte is kept."""
+        if self.chunks is not None:
+            return 0
         if self.scan is None:
             return self.remaining
         skip = min(self.scan.pending_skip, self.remaining)
@@ -88,6 +95,8 @@ class CutThrough:
         not up to a full read: the records after it can then be relayed, and the
         few bytes that end a frame come in one read, not one per field."""
         scan = self.scan
+        if self.chunks is not None:
+            return min(self.remaining, net.RECV_BYTES)
         want = (scan.pending_read or scan.pending_skip) if scan is not None else 0
         return min(self.remaining, max(want, RELAY_MIN_BYTES) if want else net.RECV_BYTES)
 
@@ -376,6 +385,7 @@ class ClientConnection:
         in_flight = self.in_flight
         frames_counter = self.proxy.request_frame_counters
         tracing = self.proxy.trace is not None
+        trace_produce = self.proxy.trace_records
         now = trio.current_time()
         run_start = offsets[0]  # start of the run of frames forwarded untouched
         ends = offsets[1:]
@@ -400,7 +410,10 @@ class ClientConnection:
                     in_flight[header.correlation_id] = ex
                 ex.sent = now
                 if tracing:
-                    await inspect.trace_fast_request(self, ex, end - start - 4)
+                    if trace_produce and api_key == apis.PRODUCE:
+                        await inspect.trace_fast_request(self, ex, end - start - 4, block[start:end], header)
+                    else:
+                        await inspect.trace_fast_request(self, ex, end - start - 4)
                 continue
             # Off the fast path: forward what came before untouched, then
             # let the inspector decide what happens to this frame.
@@ -428,9 +441,10 @@ class ClientConnection:
         api_key = header.api_key
         ex = Exchange(api_key, header.api_version, header.correlation_id, header.client_id, trio.current_time())
         if api_key in inspect.slow_request_apis or (
-            api_key == apis.PRODUCE and not inspect.produce_is_plain(head, 4, header, ex)
+            api_key == apis.PRODUCE
+            and (self.proxy.trace_records or not inspect.produce_is_plain(head, 4, header, ex))
         ):
-            return False
+            return False  # at level `records` a Produce's batches are traced: it must arrive whole
         proxy = self.proxy
         counter = proxy.request_frame_counters.get(api_key) or proxy.request_counter(api_key)
         counter.inc()
@@ -636,14 +650,18 @@ class ClientConnection:
         if min_version is not None and ex.api_version >= min_version:
             return None
         scan = None
+        chunks = None
         if proxy.trace is not None:
             if ex.api_key != apis.FETCH or not error_scan.scannable(ex.api_version):
                 return None  # the trace needs its error codes from the whole frame
-            scan = error_scan.FetchErrorScan(ex.api_version)
+            if proxy.trace_records:
+                chunks = []  # still streamed; the writer scans the kept chunks
+            else:
+                scan = error_scan.FetchErrorScan(ex.api_version)
         del self.in_flight[corr]
         counter = proxy.response_frame_counters.get(ex.api_key) or proxy.response_counter(ex.api_key)
         counter.inc()
-        cut = CutThrough(ex, frames.pending_frame_size, scan)
+        cut = CutThrough(ex, frames.pending_frame_size, scan, chunks)
         await self._cut_forward(cut, frames.take_pending())
         return cut
 
@@ -669,6 +687,8 @@ class ClientConnection:
         cut.remaining -= len(data)
         if cut.scan is not None:
             cut.scan.feed(data)
+        elif cut.chunks is not None:
+            cut.chunks.append(data if type(data) is bytes else bytes(data))
         await self.send_client(data)
 
     async def _cut_finish(self, cut: CutThrough) -> None:
@@ -683,6 +703,8 @@ class ClientConnection:
         hist.observe(now - ex.arrived)
         if cut.scan is not None:
             await proxy.inspector.trace_fast_response(self, ex, None, now, size=cut.size - 4, codes=cut.scan.codes)
+        elif cut.chunks is not None:
+            await proxy.inspector.trace_fast_response(self, ex, None, now, size=cut.size - 4, chunks=cut.chunks)
         if order:
             if order[0].response is not None:
                 await self.flush_responses()

@@ -25,6 +25,7 @@ from kproxy.faults.actions.rewrite import apply_rewrite
 from kproxy.faults.view import RequestView
 from kproxy.io.exchange import Exchange
 from kproxy.obs import metrics
+from kproxy.obs.trace_records import FetchResponseRecords, ProduceRequestRecords, ProduceResponseRecords, RawPartitions
 from kproxy.obs.trace_schema import FIELD_NAMES
 from kproxy.protocol import apis
 from kproxy.protocol.codec import (
@@ -37,7 +38,7 @@ from kproxy.protocol.codec import (
 )
 from kproxy.protocol.error_responses import error_response, replace_error_codes
 from kproxy.protocol.error_scan import FetchErrorScan, produce_error_codes, produce_scannable, scannable
-from kproxy.protocol.produce_peek import produce_acks, produce_transactional_id
+from kproxy.protocol.produce_peek import body_start, produce_acks, produce_transactional_id
 from kproxy.protocol.rewrite import ADDRESS_APIS, LEADER_HINT_MIN_VERSION, cap_api_versions, rewrite_addresses
 from kproxy.txn.extract import response_update, txn_requests
 
@@ -51,13 +52,6 @@ log = logging.getLogger("kproxy.inspect")
 # state where this request belongs (the client sees a definite failure).
 INVALID_TXN_STATE = 48
 
-
-
-class _AllApis:
-    """Stands for "every API key" in membership tests (tracing inspects everything)."""
-
-    def __contains__(self, api_key: object) -> bool:
-        return True
 
 
 class HeldRequest:
@@ -89,15 +83,13 @@ class Inspector:
         responses = {key: 0 for key in ADDRESS_APIS}
         responses[apis.API_VERSIONS] = 0
         responses.update(LEADER_HINT_MIN_VERSION)
-        if self.proxy.trace_records:
-            # Records need every Produce and Fetch decoded; the rest is cheap beside that.
-            self.slow_request_apis = _AllApis()
-        else:
-            slow = set(apis.TRANSACTIONAL_APIS)
-            # A response rule acts on the decoded response, so its exchanges
-            # must carry their header through the slow path too.
-            slow.update(k for k in apis.API_NAMES if engine.wants(k, "request") or engine.wants(k, "response"))
-            self.slow_request_apis = frozenset(slow)
+        # Tracing at `records` keeps the fast path: the trace writer scans the
+        # forwarded frames' batch headers on its own thread (kproxy.obs.trace_records).
+        slow = set(apis.TRANSACTIONAL_APIS)
+        # A response rule acts on the decoded response, so its exchanges
+        # must carry their header through the slow path too.
+        slow.update(k for k in apis.API_NAMES if engine.wants(k, "request") or engine.wants(k, "response"))
+        self.slow_request_apis = frozenset(slow)
         for key in apis.API_NAMES:
             if engine.wants(key, "response"):
                 responses[key] = 0
@@ -150,7 +142,6 @@ class Inspector:
             api_key in apis.TRANSACTIONAL_APIS
             or txn_id is not None
             or (wants and engine.needs_body(api_key, "request"))
-            or (proxy.trace_records and api_key == apis.PRODUCE)
         ):
             request = self._decode(ex)
             if request is not None:
@@ -159,8 +150,8 @@ class Inspector:
                 ex.txn_numbers = tuple(proxy.tracker.on_request(txn) for txn in ex.txn)
                 if ex.txn_numbers:
                     ex.txn_client = ex.txn_numbers[0]
-                if proxy.trace_records and api_key == apis.PRODUCE:
-                    ex.request_partitions = proxy.record_views.produce_request_partitions(request)
+        if proxy.trace_records and api_key == apis.PRODUCE:
+            ex.request_partitions = ProduceRequestRecords(ex.api_version, ex.frame, body_start(ex.frame, 4, ex.header))
         decision = d.FORWARD
         if wants:
             decision = engine.decide(self._view(ex, "request"), proxy.clock())
@@ -488,6 +479,9 @@ class Inspector:
         )
         if needs_rewrite:
             response, decoded = await self._rewrite(ex, frame)
+            if api_key == apis.METADATA and ex.header is None:
+                # Fetch v13+ names topics by id: the trace (any level) maps them back.
+                self._learn_topic_names(decoded)
         if ex.header is not None:
             if decoded is None:
                 decoded, codes = self._decode_response_for_facts(ex, frame)
@@ -552,10 +546,13 @@ class Inspector:
         if ex.txn:
             self.proxy.publish_txn_stats()
         if ex.api_key == apis.METADATA:
-            for topic in getattr(decoded, "topics", ()):
-                topic_id = getattr(topic, "topic_id", None)
-                if topic_id is not None and topic.name:
-                    self.proxy.topic_names[topic_id] = topic.name
+            self._learn_topic_names(decoded)
+
+    def _learn_topic_names(self, decoded: Any) -> None:
+        for topic in getattr(decoded, "topics", ()):
+            topic_id = getattr(topic, "topic_id", None)
+            if topic_id is not None and topic.name:
+                self.proxy.topic_names[topic_id] = topic.name
 
     async def _rewrite(self, ex: Exchange, frame: bytes) -> tuple[bytes, Any]:
         payload = frame[4:]
@@ -612,7 +609,9 @@ class Inspector:
         if proxy.trace_records and decoded is not None:
             views = proxy.record_views
             if ex.api_key == apis.PRODUCE and ex.request_partitions is not None:
-                event["partitions"] = views.produce_response_partitions(decoded, ex.request_partitions)
+                event["partitions"] = ProduceResponseRecords(
+                    ex.request_partitions, ex.api_version, parts=views.produce_response_partitions(decoded, None)
+                )
             elif ex.api_key == apis.FETCH:
                 event["partitions"] = views.fetch_response_partitions(decoded, proxy.topic_names)
                 if upstream is not None:
@@ -660,9 +659,13 @@ class Inspector:
     # scanned here, so no large frame waits in the trace queue.
     _DEFER_FRAME_BYTES = 4096
 
-    async def trace_fast_request(self, conn: ClientConnection, ex: Exchange, size: int) -> None:
-        """Trace a request the fast path forwards untouched (tracing at `headers`)."""
+    async def trace_fast_request(
+        self, conn: ClientConnection, ex: Exchange, size: int, frame: bytes | None = None, header: Any = None
+    ) -> None:
+        """Trace a request the fast path forwards untouched; at `records` a Produce comes with its frame and header."""
         proxy = self.proxy
+        if frame is not None and proxy.trace_records:
+            ex.request_partitions = ProduceRequestRecords(ex.api_version, frame, body_start(frame, 4, header))
         await proxy.emit_trace(
             (self._fast_event, conn, ex, "request", size, None, None, 0.0, proxy.wall_clock(), proxy.mono_ns())
         )
@@ -676,15 +679,29 @@ class Inspector:
         *,
         size: int | None = None,
         codes: list[int] | None = None,
+        chunks: list[bytes] | None = None,
     ) -> None:
         """Trace a response the fast path forwards untouched, with its error codes.
 
         A cut-through response comes with the codes its scan found on the
-        way; for the others see `_response_error_codes`.
+        way, or at level `records` with the chunks it forwarded; for the
+        others see `_response_error_codes`. At level `records` a Fetch or
+        Produce frame travels to the writer, which scans it there.
         """
         proxy = self.proxy
         if size is None:
             size = len(frame) - 4 if frame is not None else 0
+        if proxy.trace_records:
+            raw: Any = None
+            if ex.api_key == apis.FETCH and (chunks is not None or frame is not None):
+                raw = FetchResponseRecords(ex.api_version, chunks if chunks is not None else frame, proxy.topic_names)
+            elif ex.api_key == apis.PRODUCE and frame is not None:
+                raw = ProduceResponseRecords(ex.request_partitions, ex.api_version, frame)
+            if raw is not None:
+                await proxy.emit_trace(
+                    (self._fast_event, conn, ex, "response", size, raw, codes, now, proxy.wall_clock(), proxy.mono_ns())
+                )
+                return
         if codes is None and frame is not None and (ex.api_key == apis.FETCH or len(frame) > self._DEFER_FRAME_BYTES):
             codes = self._response_error_codes(ex, frame)
             frame = None
@@ -698,6 +715,15 @@ class Inspector:
     ) -> dict[str, Any]:
         """Build a fast-path trace event (called on the trace writer's thread)."""
         event = self._event(conn, ex, direction, size, wall, mono)
+        if direction == "request":
+            event["partitions"] = ex.request_partitions
+        if isinstance(frame, RawPartitions):
+            event["partitions"] = frame
+            if codes is None and isinstance(frame, FetchResponseRecords):
+                codes = frame.error_codes()
+                if codes is None and isinstance(frame.frame, bytes):
+                    codes = self._response_error_codes(ex, frame.frame)
+            frame = frame.frame if isinstance(frame, ProduceResponseRecords) else None
         if direction == "response":
             if codes is None:
                 codes = self._response_error_codes(ex, frame) if frame is not None else []

@@ -43,6 +43,7 @@ import orjson
 import trio
 
 from kproxy.obs import metrics
+from kproxy.obs.trace_records import RawPartitions
 from kproxy.obs.trace_schema import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,16 @@ class _Sink:
         self.opened_mono = 0.0
         self.next_seq = self._first_free_seq()
         self.files: list[Path] = []
+        self.side_files: list[Path] = []
+        # The side file of the open trace file: raw record batches (level
+        # `records`), appended and referenced by (name, offset, length) from
+        # the events. Its bytes always reach the kernel before the lines that
+        # reference them, so a killed writer never leaves a dangling reference.
+        self._side = None
+        self._side_name = ""
+        self.side_size = 0
+        self._side_pending: list[memoryview] = []
+        self._side_pending_size = 0
 
     def _first_free_seq(self) -> int:
         # A restarted proxy with the same id continues the sequence, so its
@@ -123,7 +134,8 @@ class _Sink:
 
     def ensure_open(self) -> None:
         if self.path is not None and (
-            self.size >= self.rotate_bytes or time.monotonic() - self.opened_mono >= self.rotate_seconds
+            self.size + self.side_size + self._side_pending_size >= self.rotate_bytes
+            or time.monotonic() - self.opened_mono >= self.rotate_seconds
         ):
             self.close()
         if self.path is None:
@@ -131,8 +143,39 @@ class _Sink:
 
     def close(self) -> None:
         if self.path is not None:
+            self.flush_side()
+            if self._side is not None:
+                self._side.close()
+                self._side = None
+            self.side_size = 0
             self._close_file()
             self.path = None
+
+    def store_raw(self, data: memoryview) -> tuple[str, int]:
+        """Queue raw record batches for the side file; returns (file name, offset) they will have."""
+        self.ensure_open()
+        if self._side is None:
+            assert self.path is not None
+            side = self.path.with_suffix(".records")
+            self._side = open(side, "xb", buffering=0)  # noqa: SIM115 - lives until rotation
+            self._side_name = side.name
+            self.side_files.append(side)
+        offset = self.side_size + self._side_pending_size
+        self._side_pending.append(data)
+        self._side_pending_size += len(data)
+        return self._side_name, offset
+
+    def flush_side(self) -> None:
+        """Hand the queued side bytes to the kernel (before any line that references them)."""
+        if not self._side_pending:
+            return
+        data = memoryview(b"".join(self._side_pending))
+        self._side_pending = []
+        self._side_pending_size = 0
+        while data:
+            n = self._side.write(data)
+            self.side_size += n
+            data = data[n:]
 
     # Format-specific parts.
     def _open_file(self, path: Path) -> None:
@@ -179,6 +222,7 @@ class _JsonlSink(_Sink):
         return written
 
     def _write_chunk(self, chunk: list[bytes], size: int) -> None:
+        self.flush_side()
         data = memoryview(b"".join(chunk))
         while data:  # a regular file takes it in one go; loop for the odd short write
             n = self._file.write(data)
@@ -210,6 +254,7 @@ class _ParquetSink(_Sink):
         if rows is None or rows.num_rows == 0:
             return 0
         self.ensure_open()
+        self.flush_side()
         # One row group per flush batch.
         self._writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
         self._file.flush()
@@ -473,9 +518,13 @@ class TraceWriter:
                     event["schema_version"] = SCHEMA_VERSION
                 if "proxy_id" not in event:
                     event["proxy_id"] = self.proxy_id
-                if strip_records and event.get("partitions") is not None:
-                    event["partitions"] = None
-                    event["upstream_partitions"] = None
+                partitions = event.get("partitions")
+                if partitions is not None:
+                    if strip_records:
+                        event["partitions"] = None
+                        event["upstream_partitions"] = None
+                    elif isinstance(partitions, RawPartitions):
+                        event["partitions"] = self._resolve(partitions)
                 batch.append(event)
             written = self._sink.write(batch)
             self.written += written
@@ -486,6 +535,14 @@ class TraceWriter:
             if self._room_wanted:
                 self._room_wanted = False
                 self._call_soon_on_trio(self._room_available)
+
+    def _resolve(self, partitions: RawPartitions) -> list[dict] | None:
+        """Scan a frame's batches in place and queue its raw batches for the side file."""
+        try:
+            return partitions.resolve(self._sink.store_raw)
+        except Exception:  # noqa: BLE001 - one bad frame must not stop the writer
+            log.exception("records of a trace event not traced: scanning them failed")
+            return None
 
     def _build(self, deferred: tuple) -> dict | None:
         """Build a deferred event: (builder, *args) handed over by the data path."""

@@ -5,6 +5,12 @@ opened them in; a restarted proxy with the same id continues the sequence),
 then by start time; events inside a file are in write order. Events of
 different proxies are not interleaved: order them by `wall_time` if needed.
 
+Version-3 events point at their raw record batches in a side file
+(`records_file`, `records_offset`, `records_length`); the readers here decode
+them into each partition's `records`, as version-2 events carried them. A
+reference past the end of its side file is corruption and raises (the writer
+hands side bytes to the kernel before the line that references them).
+
 A proxy killed mid-write can leave a JSONL file whose last line is torn (no
 final newline): that line is skipped. Any other unparsable line is corruption
 and raises. A Parquet file without its footer (the writer was killed before it
@@ -18,6 +24,7 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -79,10 +86,53 @@ def iter_parquet_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
         yield from batch.to_pylist()
 
 
-def iter_trace_events(directory: Path | str, *, strict: bool = False) -> Iterator[dict]:
-    """Every event of every trace file in `directory`, files in `trace_files()` order."""
-    for path in trace_files(directory):
-        if path.suffix == ".parquet":
-            yield from iter_parquet_events(path, strict=strict)
-        else:
-            yield from iter_jsonl_events(path)
+def iter_trace_events(directory: Path | str, *, strict: bool = False, records: bool = True) -> Iterator[dict]:
+    """Every event of every trace file in `directory`, files in `trace_files()` order.
+
+    With `records` (the default) version-3 partitions get their `records`
+    decoded from the side files; without, they keep null records.
+    """
+    sides = _SideFiles()
+    try:
+        for path in trace_files(directory):
+            events = iter_parquet_events(path, strict=strict) if path.suffix == ".parquet" else iter_jsonl_events(path)
+            for event in events:
+                if records and event.get("partitions"):
+                    fill_records(event, path.parent, sides)
+                yield event
+    finally:
+        sides.close()
+
+
+class _SideFiles:
+    def __init__(self) -> None:
+        self._open: dict[Path, Any] = {}
+
+    def read(self, path: Path, offset: int, length: int) -> bytes:
+        f = self._open.get(path)
+        if f is None:
+            try:
+                f = self._open[path] = open(path, "rb")  # noqa: SIM115 - closed by close()
+            except OSError as exc:
+                raise TraceFileError(f"{path}: side file of the trace not readable: {exc}") from exc
+        f.seek(offset)
+        data = f.read(length)
+        if len(data) != length:
+            raise TraceFileError(f"{path}: {length} bytes at offset {offset} referenced, only {len(data)} there")
+        return data
+
+    def close(self) -> None:
+        for f in self._open.values():
+            f.close()
+        self._open.clear()
+
+
+def fill_records(event: dict, directory: Path, sides: _SideFiles) -> None:
+    """Decode a version-3 event's side-file batches into its partitions' `records`."""
+    from kproxy.protocol.record_views import side_records
+
+    for part in event["partitions"]:
+        name = part.get("records_file")
+        if name and part.get("records") is None:
+            raw = sides.read(directory / name, part["records_offset"], part["records_length"])
+            part["records"] = side_records(raw, event.get("api"), event.get("direction"), part)

@@ -15,7 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+# Versions the readers still accept: 2 carried decoded records in the event,
+# 3 carries batch headers and points at the raw batches in a side file.
+READABLE_VERSIONS = (2, 3)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,20 @@ RECORD = (
     Field("transactional", "boolean", "the record's batch is transactional"),
 )
 
+BATCH = (
+    Field("base_offset", "long", "batch base offset (0-based in a Produce request, absolute in a Fetch response)"),
+    Field("batch_length", "int", "batch length field (bytes after the length field)"),
+    Field("record_count", "int", "record count from the batch header"),
+    Field("last_offset_delta", "int", "last offset delta"),
+    Field("producer_id", "long", "producer id (-1: none)"),
+    Field("producer_epoch", "int", "producer epoch"),
+    Field("base_sequence", "int", "base sequence (-1: none)"),
+    Field("compression", "string", "none, gzip, snappy, lz4, zstd or unknown"),
+    Field("transactional", "boolean", "transactional attribute"),
+    Field("control", "boolean", "control attribute (a transaction marker batch)"),
+    Field("marker", "string", "control batches: 'commit', 'abort' or 'unknown'; else null"),
+)
+
 PARTITION = (
     Field("topic", "string", "topic name (or topic id as text when only the id is on the wire)"),
     Field("partition", "int", "partition index"),
@@ -51,7 +68,12 @@ PARTITION = (
     Field("log_start_offset", "long", "log start offset where the response carries it"),
     Field("aborted_transactions", ("array", ("struct", ABORTED_TXN)), "Fetch response: aborted transactions list"),
     Field("compression", "string", "codec of the first batch: none, gzip, snappy, lz4, zstd"),
-    Field("records", ("array", ("struct", RECORD)), "records, decompressed, with absolute offsets where known"),
+    Field("records", ("array", ("struct", RECORD)), "records, decompressed, with absolute offsets where known; "
+          "version 3: null on disk, filled by readers from the side file"),
+    Field("batches", ("array", ("struct", BATCH)), "version 3: the header of every complete record batch, read in place"),
+    Field("records_file", "string", "version 3: side file (name in the event file's directory) holding the raw record batches"),
+    Field("records_offset", "long", "version 3: where they start in records_file"),
+    Field("records_length", "long", "version 3: their length in bytes"),
 )
 
 IN_FLIGHT = (

@@ -11,7 +11,8 @@ from kproxy.protocol.codec import DecodeError, RequestHeader, read_uvarint
 FLEXIBLE_FROM = 9  # Produce v9+ uses compact strings and a flexible header
 
 
-def _body_start(payload: bytes, start: int, header: RequestHeader) -> int:
+def body_start(payload: bytes, start: int, header: RequestHeader) -> int:
+    """Where the request body starts in payload (the header starts at `start`)."""
     if header.body_offset >= 0:
         return start + header.body_offset
     # Versions kio cannot decode (v0-v2): non-flexible header, body after client id.
@@ -37,13 +38,13 @@ def _transactional_id_end(payload: bytes, pos: int, version: int) -> tuple[str |
 
 def produce_transactional_id(payload: bytes, start: int, header: RequestHeader) -> str | None:
     """The Produce request's transactional id (None for non-transactional producers)."""
-    txn_id, _ = _transactional_id_end(payload, _body_start(payload, start, header), header.api_version)
+    txn_id, _ = _transactional_id_end(payload, body_start(payload, start, header), header.api_version)
     return txn_id
 
 
 def produce_acks(payload: bytes, start: int, header: RequestHeader) -> int:
     """The Produce request's acks; 0 means the broker sends no response."""
-    _, pos = _transactional_id_end(payload, _body_start(payload, start, header), header.api_version)
+    _, pos = _transactional_id_end(payload, body_start(payload, start, header), header.api_version)
     if pos + 2 > len(payload):
         raise DecodeError("Produce request too short to hold acks")
     return int.from_bytes(payload[pos : pos + 2], "big", signed=True)

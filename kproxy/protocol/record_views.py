@@ -180,3 +180,24 @@ def fetch_response_partitions(resp: Any, topic_names: TopicNames | None = None) 
                 )
             )
     return views
+
+
+def side_records(raw: bytes | memoryview, api: str | None, direction: str | None, partition: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The `records` of a version-3 partition from its raw batches (read from the side file).
+
+    The same views a version-2 event carried: a Fetch response's records at
+    their offsets, a Produce request's without, a Produce response's at
+    base_offset + i when the partition succeeded. None when the bytes are not
+    valid batches.
+    """
+    where = f"{api} {direction} {partition.get('topic')}-{partition.get('partition')}"
+    batches = _decoded(bytes(raw), where)
+    if batches is None:
+        return None
+    views = _record_views(batches, with_offsets=api == "fetch")
+    if api == "produce" and direction == "response":
+        base = partition.get("base_offset")
+        assigned = partition.get("error_code") == 0 and base is not None and base >= 0
+        for i, view in enumerate(views):
+            view["offset"] = base + i if assigned else None
+    return views

@@ -1,0 +1,166 @@
+"""Level `records` without decoding records: partitions resolved on the trace writer's thread.
+
+The data path hands the trace writer the frame (or, for a Fetch response
+forwarded cut-through, the chunks it forwarded) wrapped in one of the classes
+below, and goes on. On the writer's thread `resolve(store)` walks the frame
+in place (kproxy.protocol.batch_scan): per partition the offsets, error codes
+and aborted-transactions list, the header of every record batch, and the raw
+batches, which `store(bytes) -> (file name, offset)` appends to the trace's
+side file. The event's `records` stay null; readers decode them from the side
+file (kproxy.obs.trace_files, spark/traces.py). Nothing here decompresses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kproxy.obs.trace_schema import PARTITION
+from kproxy.protocol import batch_scan
+
+log = logging.getLogger(__name__)
+
+PARTITION_KEYS = tuple(f.name for f in PARTITION)
+Store = Callable[[memoryview], tuple[str, int]]
+SIDE_FIELDS = ("compression", "batches", "records", "records_file", "records_offset", "records_length")
+
+
+def _partition(**values: Any) -> dict[str, Any]:
+    view = dict.fromkeys(PARTITION_KEYS)
+    view.update(values)
+    return view
+
+
+def _with_batches(view: dict[str, Any], frame: bytes | memoryview, span: tuple[int, int] | None, store: Store) -> None:
+    if span is None or span[0] == span[1]:
+        view["batches"] = []
+        view["records"] = []
+        return
+    start, end = span
+    try:
+        batches = batch_scan.scan_batches(frame, start, end)
+    except batch_scan.ScanError as exc:
+        log.debug("records of %s-%s not traced: %s", view["topic"], view["partition"], exc)
+        return  # records stay null: not readable, as a v2 trace said
+    view["batches"] = batches
+    view["compression"] = batches[0]["compression"] if batches else None
+    if not batches:
+        view["records"] = []  # only a truncated tail: nothing a client reads
+        return
+    name, offset = store(memoryview(frame)[start:end])
+    view.update(records_file=name, records_offset=offset, records_length=end - start)
+
+
+class RawPartitions:
+    """Partitions of one event, resolved on the writer's thread."""
+
+    __slots__ = ()
+
+    def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        raise NotImplementedError
+
+
+class ProduceRequestRecords(RawPartitions):
+    """A Produce request's partitions. Resolved once: a duplicate copy points at the same side bytes."""
+
+    __slots__ = ("version", "frame", "body", "partitions", "_done")
+
+    def __init__(self, version: int, frame: bytes, body: int) -> None:
+        self.version = version
+        self.frame = frame
+        self.body = body  # where the request body starts in frame
+        self.partitions: list[dict[str, Any]] | None = None
+        self._done = False
+
+    def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        if not self._done:
+            self._done = True
+            try:
+                spans = batch_scan.produce_request_partitions(self.version, self.frame, self.body)
+            except batch_scan.ScanError as exc:
+                log.debug("Produce request v%d not traced: %s", self.version, exc)
+            else:
+                parts = []
+                for topic, index, span in spans:
+                    view = _partition(topic=topic, partition=index)
+                    _with_batches(view, self.frame, span, store)
+                    parts.append(view)
+                self.partitions = parts
+            self.frame = b""  # the bytes are in the side file now
+        return None if self.partitions is None else [dict(p) for p in self.partitions]
+
+
+class ProduceResponseRecords(RawPartitions):
+    """A Produce response's partitions, pointing at its request's batches (the records the offsets were assigned to)."""
+
+    __slots__ = ("request", "version", "frame", "parts")
+
+    def __init__(
+        self, request: ProduceRequestRecords | None, version: int, frame: bytes | None = None,
+        parts: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.request = request
+        self.version = version
+        self.frame = frame
+        self.parts = parts  # from a decoded response (slow path), records null
+
+    def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        parts = self.parts
+        if parts is None:
+            if self.frame is None:
+                return None
+            try:
+                parts = [_partition(**p) for p in batch_scan.produce_response_partitions(self.version, self.frame)]
+            except batch_scan.ScanError as exc:
+                log.debug("Produce response v%d not traced: %s", self.version, exc)
+                return None
+        sent = {}
+        if self.request is not None:
+            sent = {(p["topic"], p["partition"]): p for p in self.request.resolve(store) or ()}
+        for view in parts:
+            request = sent.get((view["topic"], view["partition"]))
+            if request is not None:
+                for key in SIDE_FIELDS:
+                    view[key] = request[key]
+        return parts
+
+
+class FetchResponseRecords(RawPartitions):
+    """A Fetch response's partitions from the whole frame, or from the chunks a cut-through forwarded."""
+
+    __slots__ = ("version", "frame", "topic_names", "_walk")
+
+    def __init__(self, version: int, frame: bytes | list[bytes], topic_names: Mapping[Any, str] | None) -> None:
+        self.version = version
+        self.frame = frame
+        self.topic_names = topic_names
+        self._walk: tuple[list[int], list[tuple[dict[str, Any], tuple[int, int] | None]]] | None = None
+
+    def _walked(self) -> tuple[list[int], list[tuple[dict[str, Any], tuple[int, int] | None]]] | None:
+        if self._walk is None:
+            if isinstance(self.frame, list):
+                self.frame = b"".join(self.frame)
+            try:
+                self._walk = batch_scan.fetch_response_partitions(self.version, self.frame, self.topic_names)
+            except batch_scan.ScanError as exc:
+                log.debug("Fetch response v%d not traced: %s", self.version, exc)
+                self._walk = None
+                return None
+        return self._walk
+
+    def error_codes(self) -> list[int] | None:
+        walk = self._walked()
+        return None if walk is None else walk[0]
+
+    def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        walk = self._walked()
+        if walk is None:
+            return None
+        parts = []
+        for fields, span in walk[1]:
+            view = _partition(**fields)
+            _with_batches(view, self.frame, span, store)
+            parts.append(view)
+        self.frame = b""
+        return parts

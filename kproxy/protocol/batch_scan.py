@@ -1,0 +1,275 @@
+"""Record batch headers and the partitions around them, read in place.
+
+Tracing at level `records` must not decode records on the proxy: a Produce
+request or Fetch response is walked structurally, each partition's records
+region is located (start, end) in the frame without copying or decompressing
+it, and each record batch's fixed 61-byte header is read with one
+`struct.unpack_from`. The records themselves are copied raw into the trace's
+side files and decoded by the analysis (kproxy.protocol.record_views).
+
+Every walker here raises `ScanError` on a structure it cannot follow; the
+caller then traces the partitions as unknown (the frame itself is forwarded
+untouched either way).
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from kproxy.protocol.compression import CompressionError, codec_name
+
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER_SIZE = _BATCH_HEADER.size  # 61
+_LOG_OVERHEAD = 12  # base_offset + batch_length, not counted by batch_length
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_MARKERS = {0: "abort", 1: "commit"}
+
+PRODUCE_FLEXIBLE_FROM = 9
+FETCH_FLEXIBLE_FROM = 12
+FETCH_TOPIC_ID_FROM = 13
+PRODUCE_TOPIC_ID_FROM = 13
+
+
+class ScanError(ValueError):
+    """A frame whose structure the scan cannot follow."""
+
+
+class _Cursor:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes | memoryview, pos: int) -> None:
+        self.data = data
+        self.pos = pos
+
+    def int_(self, size: int) -> int:
+        end = self.pos + size
+        if end > len(self.data):
+            raise ScanError("past the end of the frame")
+        value = int.from_bytes(self.data[self.pos : end], "big", signed=True)
+        self.pos = end
+        return value
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        data = self.data
+        while True:
+            if self.pos >= len(data):
+                raise ScanError("varint past the end of the frame")
+            b = data[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise ScanError("varint too long")
+
+    def skip(self, size: int) -> None:
+        self.pos += size
+        if self.pos > len(self.data):
+            raise ScanError("past the end of the frame")
+
+    def tagged(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.skip(self.uvarint())
+
+    def length(self, flexible: bool, width: int) -> int:
+        return self.uvarint() - 1 if flexible else self.int_(width)
+
+    def text(self, flexible: bool) -> str | None:
+        n = self.length(flexible, 2)
+        if n < 0:
+            return None
+        start = self.pos
+        self.skip(n)
+        return bytes(self.data[start : self.pos]).decode("utf-8", "replace")
+
+    def topic(self, by_id: bool, flexible: bool, topic_names: Mapping[uuid.UUID, str] | None) -> str:
+        if by_id:
+            start = self.pos
+            self.skip(16)
+            topic_id = uuid.UUID(bytes=bytes(self.data[start : self.pos]))
+            return (topic_names or {}).get(topic_id) or str(topic_id)
+        return self.text(flexible) or ""
+
+    def records(self, flexible: bool) -> tuple[int, int] | None:
+        n = self.length(flexible, 4)
+        if n < 0:
+            return None
+        start = self.pos
+        self.skip(n)
+        return start, self.pos
+
+
+def _zigzag(cur: _Cursor) -> int:
+    v = cur.uvarint()
+    return (v >> 1) ^ -(v & 1)
+
+
+def _marker(data: bytes | memoryview, pos: int, end: int) -> str:
+    """The control type of a control batch's first record (markers are never compressed)."""
+    cur = _Cursor(data, pos)
+    try:
+        _zigzag(cur)  # record length
+        cur.skip(1)  # attributes
+        _zigzag(cur)  # timestamp delta
+        _zigzag(cur)  # offset delta
+        if _zigzag(cur) < 4 or cur.pos + 4 > end:
+            return "unknown"
+        cur.skip(2)  # version
+        return _MARKERS.get(cur.int_(2), "unknown")
+    except ScanError:
+        return "unknown"
+
+
+def _codec(attributes: int) -> str:
+    try:
+        return codec_name(attributes)
+    except CompressionError:
+        return "unknown"
+
+
+def scan_batches(data: bytes | memoryview, start: int, end: int) -> list[dict[str, Any]]:
+    """The header of every complete magic-2 batch in data[start:end] (a truncated tail is skipped, as clients do)."""
+    batches = []
+    pos = start
+    unpack = _BATCH_HEADER.unpack_from
+    while pos + _LOG_OVERHEAD <= end:
+        length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+        batch_end = pos + _LOG_OVERHEAD + length
+        if length < 14:
+            raise ScanError(f"batch length {length} at {pos - start}")
+        if batch_end > end:
+            break  # cut at the fetch size
+        if data[pos + 16] == 2 and pos + BATCH_HEADER_SIZE <= batch_end:
+            (base_offset, _, _, _, _, attributes, last_delta, _, _, pid, epoch, seq, count) = unpack(data, pos)
+            control = bool(attributes & _CONTROL)
+            batches.append(
+                {
+                    "base_offset": base_offset,
+                    "batch_length": length,
+                    "record_count": count,
+                    "last_offset_delta": last_delta,
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "base_sequence": seq,
+                    "compression": _codec(attributes),
+                    "transactional": bool(attributes & _TRANSACTIONAL),
+                    "control": control,
+                    "marker": _marker(data, pos + BATCH_HEADER_SIZE, batch_end) if control else None,
+                }
+            )
+        pos = batch_end
+    return batches
+
+
+def produce_request_partitions(version: int, frame: bytes | memoryview, body: int) -> list[tuple[str, int, tuple[int, int] | None]]:
+    """(topic, partition, records span) of a Produce request whose body starts at `body`."""
+    flexible = version >= PRODUCE_FLEXIBLE_FROM
+    cur = _Cursor(frame, body)
+    if version >= 3:
+        cur.text(flexible)  # transactional id
+    cur.skip(6)  # acks, timeout
+    out = []
+    for _ in range(max(0, cur.length(flexible, 4))):
+        topic = cur.topic(version >= PRODUCE_TOPIC_ID_FROM, flexible, None)
+        for _ in range(max(0, cur.length(flexible, 4))):
+            index = cur.int_(4)
+            out.append((topic, index, cur.records(flexible)))
+            if flexible:
+                cur.tagged()
+        if flexible:
+            cur.tagged()
+    return out
+
+
+def produce_response_partitions(version: int, frame: bytes | memoryview) -> list[dict[str, Any]]:
+    """topic, partition, error_code, base_offset, log_start_offset of a whole Produce response frame (prefix included)."""
+    flexible = version >= PRODUCE_FLEXIBLE_FROM
+    cur = _Cursor(frame, 8)
+    if flexible:
+        cur.tagged()
+    out = []
+    for _ in range(max(0, cur.length(flexible, 4))):
+        topic = cur.topic(version >= PRODUCE_TOPIC_ID_FROM, flexible, None)
+        for _ in range(max(0, cur.length(flexible, 4))):
+            index = cur.int_(4)
+            error_code = cur.int_(2)
+            base_offset = cur.int_(8)
+            cur.skip(8)  # log append time
+            log_start = cur.int_(8) if version >= 5 else None
+            if version >= 8:
+                for _ in range(max(0, cur.length(flexible, 4))):
+                    cur.skip(4)
+                    cur.text(flexible)
+                    if flexible:
+                        cur.tagged()
+                cur.text(flexible)
+            if flexible:
+                cur.tagged()
+            out.append(
+                {"topic": topic, "partition": index, "error_code": error_code, "base_offset": base_offset,
+                 "log_start_offset": log_start}
+            )
+        if flexible:
+            cur.tagged()
+    return out
+
+
+def fetch_response_partitions(
+    version: int, frame: bytes | memoryview, topic_names: Mapping[uuid.UUID, str] | None = None
+) -> tuple[list[int], list[tuple[dict[str, Any], tuple[int, int] | None]]]:
+    """Error codes, and per partition its fields and records span, of a whole Fetch response frame (prefix included)."""
+    flexible = version >= FETCH_FLEXIBLE_FROM
+    codes: list[int] = []
+
+    def note(code: int) -> None:
+        if code and code not in codes:
+            codes.append(code)
+
+    cur = _Cursor(frame, 8)
+    if flexible:
+        cur.tagged()
+    cur.skip(4)  # throttle
+    if version >= 7:
+        note(cur.int_(2))
+        cur.skip(4)  # session id
+    out = []
+    for _ in range(max(0, cur.length(flexible, 4))):
+        topic = cur.topic(version >= FETCH_TOPIC_ID_FROM, flexible, topic_names)
+        for _ in range(max(0, cur.length(flexible, 4))):
+            index = cur.int_(4)
+            error_code = cur.int_(2)
+            note(error_code)
+            high_watermark = cur.int_(8)
+            last_stable = cur.int_(8)
+            log_start = cur.int_(8) if version >= 5 else None
+            n = cur.length(flexible, 4)
+            aborted = None
+            if n >= 0:
+                aborted = []
+                for _ in range(n):
+                    aborted.append({"producer_id": cur.int_(8), "first_offset": cur.int_(8)})
+                    if flexible:
+                        cur.tagged()
+            if version >= 11:
+                cur.skip(4)  # preferred read replica
+            span = cur.records(flexible)
+            if flexible:
+                cur.tagged()
+            out.append(
+                (
+                    {"topic": topic, "partition": index, "error_code": error_code, "high_watermark": high_watermark,
+                     "last_stable_offset": last_stable, "log_start_offset": log_start,
+                     "aborted_transactions": aborted},
+                    span,
+                )
+            )
+        if flexible:
+            cur.tagged()
+    return codes, out
