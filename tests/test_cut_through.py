@@ -215,3 +215,54 @@ def test_a_client_that_stops_reading_a_large_response_holds_up_no_one_else(proxy
         rest = read_exactly(slow, 4 + 4 + big_size - len(head), timeout=30)
         assert head + rest == response_frame(1, bytes(range(256)) * (big_size // 256))
         slow.close()
+
+
+def test_records_level_keeps_a_traced_fetch_streaming_and_its_batches_readable(proxy_factory, tmp_path: Path) -> None:
+    from kproxy.protocol.records import Record, encode_batches, make_batch, make_control_batch
+
+    # A transactional batch (zstd), its COMMIT marker, and a plain batch: large enough to go cut-through.
+    data = [Record(offset=100 + i, timestamp=1_700_000_000_000, key=b"k%d" % i, value=b"v" * 900) for i in range(450)]
+    batches = [
+        make_batch(data[:150], compression="zstd", producer_id=7, producer_epoch=2, base_sequence=0, transactional=True),
+        make_control_batch("commit", offset=250, timestamp=1_700_000_000_000, producer_id=7, producer_epoch=2),
+        make_batch([Record(offset=251 + i, timestamp=1, key=None, value=r.value) for i, r in enumerate(data[150:])]),
+    ]
+    raw = encode_batches(batches)
+    assert len(raw) > 2 * CUT_THROUGH_BYTES
+    value = fetch_response(
+        12,
+        {"orders": [{"partition_index": 0, "high_watermark": 551, "last_stable_offset": 551, "records": raw,
+                     "aborted_transactions": [(9, 40)]}],
+         "audit": [{"partition_index": 3, "high_watermark": 0, "error_code": _error(6)}]},
+    )
+    big = encode_response(value, 1)
+    traces = tmp_path / "traces"
+    with HalfThenRestBroker([big], requests_expected=1) as upstream:
+        proxy = proxy_factory(*SILENT_UPSTREAM, "--traces", str(traces), "--trace-level", "records", upstream=upstream.address)
+        s = raw_connect(proxy.bootstrap)
+        s.sendall(request_frame(apis.FETCH, 12, 1, b"\x00", client_id=b"raw"))
+        first_half = read_exactly(s, len(big) // 2)
+        assert first_half == big[: len(big) // 2], "at level records the Fetch response stopped streaming"
+        upstream.release.set()
+        assert first_half + read_exactly(s, len(big) - len(big) // 2) == big
+        s.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        events = [e for e in iter_trace_events(traces) if e["api"] == "fetch" and e["direction"] == "response"]
+        if events:
+            break
+        time.sleep(0.2)
+    (event,) = events
+    assert event["error_codes"] == [6]
+    (orders,) = [p for p in event["partitions"] if p["topic"] == "orders"]
+    assert orders["aborted_transactions"] == [{"producer_id": 9, "first_offset": 40}]
+    assert orders["last_stable_offset"] == 551 and orders["records_length"] == len(raw)
+    assert [(b["base_offset"], b["record_count"], b["compression"], b["transactional"], b["marker"])
+            for b in orders["batches"]] == [(100, 150, "zstd", True, None), (250, 1, "none", True, "commit"),
+                                            (251, 300, "none", False, None)]
+    records = orders["records"]  # decoded by the reader from the side file, as version 2 carried them
+    assert [r["offset"] for r in records] == list(range(100, 551))
+    assert [r["control"] for r in records if r["control"]] == ["commit"]
+    assert records[0]["key"] == "k0" and records[0]["value"] == "v" * 900 and records[0]["producer_id"] == 7
+    (audit,) = [p for p in event["partitions"] if p["topic"] == "audit"]
+    assert audit["error_code"] == 6 and audit["records"] == []
