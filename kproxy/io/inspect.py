@@ -1,11 +1,13 @@
 """The slow path: everything the proxy does beyond reading headers.
 
 A request comes here when its API needs it: the transactional APIs (for the
-tracker), a transactional Produce, an API some fault rule wants, or every
-request while tracing at level `records`. A response comes here when it names
-brokers, caps versions, or answers a request that came here. Tracing at level
-`headers` leaves the fast path alone: the connection's pumps call
-`trace_fast_request`/`trace_fast_response` for what they forward untouched.
+tracker), a transactional Produce, or an API some fault rule wants. A
+response comes here when it names brokers, caps versions, or answers a
+request that came here. Tracing at either level leaves the fast path alone:
+the connection's pumps call `trace_fast_request`/`trace_fast_response` for
+what they forward untouched, and at level `records` hand Produce and Fetch
+frames to the trace writer, which scans their batches on its own thread
+(kproxy.obs.trace_records).
 
 Order of work for a request: decode (only if something needs the body) ->
 number it on the client side -> ask the fault engine -> carry out the
