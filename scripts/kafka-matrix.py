@@ -67,7 +67,7 @@ def copy_answers(cell_dir: Path) -> dict[str, collections.Counter]:
     traces = cell_dir / "traces"
     if not traces.is_dir():
         return out
-    events = [e for e in iter_trace_events(traces) if e.get("api") in out]
+    events = [e for e in iter_trace_events(traces, records=False) if e.get("api") in out]
     originals = {(e["conn_id"], e["correlation_id"]): e for e in events
                  if e.get("direction") == "response" and not e.get("copy")}
     answers = {(e["conn_id"], e["correlation_id"], e.get("copy")): e for e in events

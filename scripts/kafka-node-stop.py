@@ -56,7 +56,7 @@ def main() -> int:
                                    args.out / "history.jsonl", progress=False)
             mover.join()
     answered: collections.Counter[tuple[str, str, str | None]] = collections.Counter()
-    for event in iter_trace_events(args.out / "traces"):
+    for event in iter_trace_events(args.out / "traces", records=False):
         if event.get("direction") != "response":
             continue
         codes = {p.get("error_code") for p in event.get("partitions") or []} | {event.get("error_code")}

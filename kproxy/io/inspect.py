@@ -153,7 +153,9 @@ class Inspector:
                 if ex.txn_numbers:
                     ex.txn_client = ex.txn_numbers[0]
         if proxy.trace_records and api_key == apis.PRODUCE:
-            ex.request_partitions = ProduceRequestRecords(ex.api_version, ex.frame, body_start(ex.frame, 4, ex.header))
+            ex.request_partitions = ProduceRequestRecords(
+                ex.api_version, ex.frame, body_start(ex.frame, 4, ex.header), proxy.topic_names
+            )
         decision = d.FORWARD
         if wants:
             decision = engine.decide(self._view(ex, "request"), proxy.clock())
@@ -612,7 +614,7 @@ class Inspector:
             views = proxy.record_views
             if ex.api_key == apis.PRODUCE and ex.request_partitions is not None:
                 event["partitions"] = ProduceResponseRecords(
-                    ex.request_partitions, ex.api_version, parts=views.produce_response_partitions(decoded, None)
+                    ex.request_partitions, ex.api_version, parts=views.produce_response_partitions(decoded, None, proxy.topic_names)
                 )
             elif ex.api_key == apis.FETCH:
                 event["partitions"] = views.fetch_response_partitions(decoded, proxy.topic_names)
@@ -667,7 +669,9 @@ class Inspector:
         """Trace a request the fast path forwards untouched; at `records` a Produce comes with its frame and header."""
         proxy = self.proxy
         if frame is not None and proxy.trace_records:
-            ex.request_partitions = ProduceRequestRecords(ex.api_version, frame, body_start(frame, 4, header))
+            ex.request_partitions = ProduceRequestRecords(
+                ex.api_version, frame, body_start(frame, 4, header), proxy.topic_names
+            )
         await proxy.emit_trace(
             (self._fast_event, conn, ex, "request", size, None, None, 0.0, proxy.wall_clock(), proxy.mono_ns())
         )

@@ -64,10 +64,11 @@ class RawPartitions:
 class ProduceRequestRecords(RawPartitions):
     """A Produce request's partitions. Resolved once: a duplicate copy points at the same side bytes."""
 
-    __slots__ = ("version", "frame", "body", "partitions", "_done")
+    __slots__ = ("version", "frame", "body", "topic_names", "partitions", "_done")
 
-    def __init__(self, version: int, frame: bytes, body: int) -> None:
+    def __init__(self, version: int, frame: bytes, body: int, topic_names: Mapping[Any, str] | None = None) -> None:
         self.version = version
+        self.topic_names = topic_names
         self.frame = frame
         self.body = body  # where the request body starts in frame
         self.partitions: list[dict[str, Any]] | None = None
@@ -77,7 +78,7 @@ class ProduceRequestRecords(RawPartitions):
         if not self._done:
             self._done = True
             try:
-                spans = batch_scan.produce_request_partitions(self.version, self.frame, self.body)
+                spans = batch_scan.produce_request_partitions(self.version, self.frame, self.body, self.topic_names)
             except batch_scan.ScanError as exc:
                 log.debug("Produce request v%d not traced: %s", self.version, exc)
             else:
@@ -111,7 +112,8 @@ class ProduceResponseRecords(RawPartitions):
             if self.frame is None:
                 return None
             try:
-                parts = [_partition(**p) for p in batch_scan.produce_response_partitions(self.version, self.frame)]
+                names = self.request.topic_names if self.request is not None else None
+                parts = [_partition(**p) for p in batch_scan.produce_response_partitions(self.version, self.frame, names)]
             except batch_scan.ScanError as exc:
                 log.debug("Produce response v%d not traced: %s", self.version, exc)
                 return None

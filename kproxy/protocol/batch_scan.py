@@ -168,7 +168,9 @@ def scan_batches(data: bytes | memoryview, start: int, end: int) -> list[dict[st
     return batches
 
 
-def produce_request_partitions(version: int, frame: bytes | memoryview, body: int) -> list[tuple[str, int, tuple[int, int] | None]]:
+def produce_request_partitions(
+    version: int, frame: bytes | memoryview, body: int, topic_names: Mapping[uuid.UUID, str] | None = None
+) -> list[tuple[str, int, tuple[int, int] | None]]:
     """(topic, partition, records span) of a Produce request whose body starts at `body`."""
     flexible = version >= PRODUCE_FLEXIBLE_FROM
     cur = _Cursor(frame, body)
@@ -177,7 +179,7 @@ def produce_request_partitions(version: int, frame: bytes | memoryview, body: in
     cur.skip(6)  # acks, timeout
     out = []
     for _ in range(max(0, cur.length(flexible, 4))):
-        topic = cur.topic(version >= PRODUCE_TOPIC_ID_FROM, flexible, None)
+        topic = cur.topic(version >= PRODUCE_TOPIC_ID_FROM, flexible, topic_names)
         for _ in range(max(0, cur.length(flexible, 4))):
             index = cur.int_(4)
             out.append((topic, index, cur.records(flexible)))
@@ -188,7 +190,9 @@ def produce_request_partitions(version: int, frame: bytes | memoryview, body: in
     return out
 
 
-def produce_response_partitions(version: int, frame: bytes | memoryview) -> list[dict[str, Any]]:
+def produce_response_partitions(
+    version: int, frame: bytes | memoryview, topic_names: Mapping[uuid.UUID, str] | None = None
+) -> list[dict[str, Any]]:
     """topic, partition, error_code, base_offset, log_start_offset of a whole Produce response frame (prefix included)."""
     flexible = version >= PRODUCE_FLEXIBLE_FROM
     cur = _Cursor(frame, 8)
@@ -196,7 +200,7 @@ def produce_response_partitions(version: int, frame: bytes | memoryview) -> list
         cur.tagged()
     out = []
     for _ in range(max(0, cur.length(flexible, 4))):
-        topic = cur.topic(version >= PRODUCE_TOPIC_ID_FROM, flexible, None)
+        topic = cur.topic(version >= PRODUCE_TOPIC_ID_FROM, flexible, topic_names)
         for _ in range(max(0, cur.length(flexible, 4))):
             index = cur.int_(4)
             error_code = cur.int_(2)
