@@ -31,6 +31,8 @@ DEFAULT_BUDGET_MINUTES = 30.0
 # A run that fails (a client library crashing, say) rejects its candidate; this
 # many in a row mean the set-up broke (the broker died) and the shrink ends.
 MAX_FAILED_RUNS_IN_A_ROW = 3
+# Kept candidates the final replay may back off through when the minimal does not show the anomaly again.
+MAX_BACK_OFF = 3
 
 
 class NotReproduced(Exception):
@@ -121,6 +123,9 @@ class _Runner:
         self.best: Candidate | None = None
         self.best_run: Path | None = None  # the best candidate's run that showed the anomaly
         self.best_verdict: Verdict | None = None
+        self.chain: list[tuple[Candidate, Verdict, Path | None]] = []  # every candidate kept, in order
+        self.confirmed: bool | None = None  # None: not replayed (the search did not finish)
+        self.replays: list[dict[str, Any]] = []
         self.on_step: Callable[[], None] = lambda: None
 
     def time_left(self) -> float:
@@ -179,6 +184,7 @@ class _Runner:
              "anomaly": self.config.anomaly, "runs": runs}, indent=2) + "\n")
         if verdict.reproduced:
             self.best, self.best_run, self.best_verdict = candidate, hit_dir, verdict
+            self.chain.append((candidate, verdict, hit_dir))
         shown = ", ".join(f"{r['count']}{' (no rule blamed)' if r['count'] and not r['reproduced'] else ''}" for r in runs)
         best = describe(self.best) if self.best else "-"
         self.say(f"  -> {'kept' if verdict.reproduced else 'rejected'}: {self.config.anomaly} {shown} "
@@ -274,34 +280,57 @@ def _shrink_with(config: ShrinkConfig, start: Candidate, runner: _Runner) -> Shr
         return verdict
 
     result = shrink(start, judge, floors=config.floors, require_rule=runner.require_rule)
-    if result.stopped is None or result.stopped == "budget":
-        _complete_rate(config, runner, result)
+    if result.stopped is None:
+        _confirm(config, runner, result)
     summary = write_results(config, runner, result, steps_so_far, stopped=result.stopped)
     say(format_summary(summary))
     return ShrinkOutcome(result, summary, 130 if result.stopped == "interrupted" else 0)
 
 
-def _complete_rate(config: ShrinkConfig, runner: _Runner, result: Result) -> None:
-    """Run the minimal candidate until it has K runs, for its reproduction rate."""
-    verdict = runner.best_verdict
-    if verdict is None or verdict.runs >= config.runs_per_candidate:
-        return
-    candidate_dir = config.out_dir / "candidates" / str(verdict.detail["candidate"])
-    runs = list(verdict.detail["runs"])
-    runner.say(f"measuring the reproduction rate of the minimal candidate over {config.runs_per_candidate} runs")
-    try:
-        for attempt in range(len(runs) + 1, config.runs_per_candidate + 1):
-            run_dir = candidate_dir / f"run-{attempt}"
-            report = runner._run(result.best, candidate_dir / "rules.yaml", run_dir)
-            runner.runs += 1
-            appears = anomaly_appears(report, config.anomaly, runner.require_rule)
-            runs.append({"run": attempt, "dir": str(run_dir.relative_to(config.out_dir)),
-                         "count": report.get("counts", {}).get(config.anomaly, 0),
-                         "blamed_rules": sorted(attributed_rules(report, config.anomaly)), "reproduced": appears})
-    except KeyboardInterrupt:
-        runner.say("interrupted: the rate covers the runs made")
-    runner.best_verdict = replace(verdict, runs=len(runs), hits=sum(r["reproduced"] for r in runs),
-                                  detail={**verdict.detail, "runs": runs})
+def _confirm(config: ShrinkConfig, runner: _Runner, result: Result) -> None:
+    """Replay the minimal candidate K times afresh, for its reproduction rate.
+
+    A candidate is kept on one lucky run, and near the floors (one process,
+    a few seconds) luck matters: the minimal found may not show the anomaly
+    again. Then the shrink backs off to the candidate kept before it, up to
+    MAX_BACK_OFF times, and the changes after the confirmed one are undone.
+    """
+    k = config.runs_per_candidate
+    tried = 0
+    for candidate, verdict, _ in reversed(runner.chain):
+        if tried > MAX_BACK_OFF or verdict.detail.get("candidate", 0) == 0:
+            break
+        tried += 1
+        number = verdict.detail["candidate"]
+        candidate_dir = config.out_dir / "candidates" / str(number)
+        runner.say(f"replaying candidate {number} {k} time{'s' if k != 1 else ''} [{describe(candidate)}]")
+        runs: list[dict[str, Any]] = []
+        first_hit: Path | None = None
+        try:
+            for attempt in range(1, k + 1):
+                run_dir = candidate_dir / f"replay-{attempt}"
+                report = runner._run(candidate, candidate_dir / "rules.yaml", run_dir)
+                runner.runs += 1
+                appears = anomaly_appears(report, config.anomaly, runner.require_rule)
+                if appears and first_hit is None:
+                    first_hit = run_dir
+                runs.append({"run": attempt, "dir": str(run_dir.relative_to(config.out_dir)),
+                             "count": report.get("counts", {}).get(config.anomaly, 0),
+                             "blamed_rules": sorted(attributed_rules(report, config.anomaly)), "reproduced": appears})
+        except KeyboardInterrupt:
+            runner.say("interrupted: the minimal candidate is not confirmed")
+            return
+        hits = sum(r["reproduced"] for r in runs)
+        runner.say(f"  -> {config.anomaly} in {hits} of {k} replay{'s' if k != 1 else ''}")
+        runner.replays.append({"candidate": number, "runs": runs, "hits": hits})
+        if hits:
+            runner.best, runner.best_run, runner.confirmed = candidate, first_hit, True
+            runner.best_verdict = Verdict(reproduced=True, runs=k, hits=hits, detail={"candidate": number, "runs": runs})
+            result.best = candidate
+            return
+    runner.confirmed = False
+    runner.say(f"no replay of the last {tried} kept candidates showed {config.anomaly}: keeping the smallest, "
+               f"unconfirmed; try --runs-per-candidate 2 or more")
 
 
 def write_results(config: ShrinkConfig, runner: _Runner, result: Result, first_steps: list[Step],
@@ -313,11 +342,20 @@ def write_results(config: ShrinkConfig, runner: _Runner, result: Result, first_s
     replay = replay_command(config, best.workload, minimal_path)
     verdict = runner.best_verdict
     rate = {"runs": verdict.runs, "hits": verdict.hits} if verdict else {"runs": 0, "hits": 0}
-    kept = [s for s in result.steps if s.outcome == "kept"]
+    replayed = next((r for r in runner.replays if verdict and r["candidate"] == verdict.detail.get("candidate")), None)
+    if replayed is not None:
+        rate = {"runs": len(replayed["runs"]), "hits": replayed["hits"]}
+    how = {True: "fresh replays", False: "fresh replays: NOT CONFIRMED",
+           None: "the run that kept it; not replayed"}[runner.confirmed]
+    best_number = verdict.detail.get("candidate") if verdict else None
+    # Changes kept after the candidate the replay confirmed were undone by backing off.
+    kept = [s for s in result.steps if s.outcome == "kept"
+            and (best_number is None or s.verdict is None or s.verdict.detail.get("candidate", 0) <= best_number)]
+    undone = [s.change for s in result.steps if s.outcome == "kept" and s.change not in {k.change for k in kept}]
     header = [
         f"Shrunk by `kproxy shrink` from {config.rules_file}: reproduces {config.anomaly}"
         f"{' (blamed on a rule)' if runner.require_rule else ''} in {rate['hits']} of {rate['runs']} "
-        f"run{'s' if rate['runs'] != 1 else ''} (seed {config.seed}).",
+        f"run{'s' if rate['runs'] != 1 else ''} ({how}; seed {config.seed}).",
         f"Size: {describe(best)}.",
         "Replay:",
         f"  {replay}",
@@ -348,7 +386,11 @@ def write_results(config: ShrinkConfig, runner: _Runner, result: Result, first_s
         "start": {"rules": result.start.rule_ids, "workload": asdict(result.start.workload)},
         "minimal": {"rules": best.rule_ids, "workload": asdict(best.workload), "rule_file": str(minimal_path),
                     "run": str(runner.best_run.relative_to(out)) if runner.best_run else None},
-        "reproduction": {**rate, "rate": round(rate["hits"] / rate["runs"], 3) if rate["runs"] else None},
+        # confirmed: the minimal showed the anomaly again in fresh replays (null: not replayed, the search stopped early).
+        "reproduction": {**rate, "rate": round(rate["hits"] / rate["runs"], 3) if rate["runs"] else None,
+                         "confirmed": runner.confirmed},
+        "replays": runner.replays,
+        "undone": undone,
         "replay": replay,
         "removed": [s.change for s in kept],
         "steps": steps,
@@ -390,7 +432,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{summary['candidates']} candidates, {summary['runs']} runs, {summary['elapsed_s'] / 60:.1f} min",
         f"rules: {len(start['rules'])} -> {len(minimal['rules'])} ({', '.join(minimal['rules']) or 'none'})",
         "workload: " + ", ".join(f"{k} {start['workload'][k]} -> {minimal['workload'][k]}" for k in start["workload"]),
-        f"{summary['anomaly']} reproduced in {rate['hits']} of {rate['runs']} runs of the minimal candidate",
+        f"{summary['anomaly']} reproduced in {rate['hits']} of {rate['runs']} "
+        + {True: "fresh replays of the minimal candidate", False: "fresh replays: the minimal is NOT CONFIRMED",
+           None: "runs (not replayed: the search stopped early)"}[rate["confirmed"]],
         f"minimal rule file: {minimal['rule_file']}",
         f"replay: {summary['replay']}",
     ]
