@@ -22,18 +22,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import kproxy
 from kproxy.brokers import check_broker, start_broker
 from kproxy.brokers.identify import BrokerIdentity, identify
+from kproxy.prereqs import check_spark_prerequisites
 from kproxy.proxy_process import start_proxy
+from kproxy.resources import shipped
 
 DEFAULT_SCENARIO = "torn-transaction"
 DEFAULT_BROKER = "noida"  # chosen by measurement: docs/brokers.md
 
 
 def rules_dir() -> Path:
-    """rules/ of the source tree (the package is installed from it in editable mode)."""
-    return Path(kproxy.__file__).resolve().parent.parent / "rules"
+    """The shipped scenarios: the package's copy of rules/, or rules/ of a source checkout."""
+    return shipped("rules")
 
 
 def scenarios(directory: Path | None = None) -> dict[str, Path]:
@@ -145,6 +146,8 @@ def run_demo(
 
         load_rule_file(rules_file)  # a bad file fails here with file and line, before anything starts
         rules = rules_file
+    if spark is None:
+        check_spark_prerequisites("demo")  # a missing extra or Java fails now, not after the workload
     kind = None if bootstrap is not None else (broker or DEFAULT_BROKER)
     identity: BrokerIdentity | None = None
     binary_version = None
