@@ -86,6 +86,13 @@ def analyze(history: str, traces: str | None, out: str, master: str, isolation: 
         if not quiet:
             click.echo(f"[analyze] {message}", err=True)
 
+    from kproxy.prereqs import MissingPrerequisite, check_spark_prerequisites
+
+    try:
+        check_spark_prerequisites("analyze")
+    except MissingPrerequisite as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
     problem = _unreadable_history(history)
     if problem is not None:
         click.echo(f"error: {problem}", err=True)
@@ -93,8 +100,9 @@ def analyze(history: str, traces: str | None, out: str, master: str, isolation: 
     try:
         from spark.jobs import InputError, analyze as run_analysis
         from spark.report import format_summary, exit_code
-    except ImportError as exc:
-        click.echo(f"error: the analysis needs the 'analysis' extra (pip install 'kproxy[analysis]'): {exc}", err=True)
+    except ImportError as exc:  # present (checked above) but broken
+        click.echo(f"error: the analysis dependencies do not import: {exc}; reinstall them: "
+                   f"pip install --force-reinstall 'kproxy[analysis]'", err=True)
         sys.exit(EXIT_USAGE)
     try:
         report = run_analysis(history, traces, out, master=master, isolation=isolation, progress=progress,

@@ -37,9 +37,9 @@ from kproxy.workload.config import CLIENTS
 @click.option("--duration", type=float, default=None,
               help="Workload length in seconds (default: the scenario's, about 20 s).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output directory (default: demo-out/SCENARIO[-guard]-TIMESTAMP).")
+              help="Output directory (default: demo-out/SCENARIO[-guard]-TIMESTAMP under the current directory).")
 @click.option("--rules-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="Where scenario files live (default: the rules/ folder of the source tree).")
+              help="Where scenario files live (default: the scenarios shipped with kproxy).")
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def demo(scenario, broker_kind, bootstrap, client, rules_file, processes, max_txn_length, keys, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
@@ -65,6 +65,7 @@ def demo(scenario, broker_kind, bootstrap, client, rules_file, processes, max_tx
         raise click.BadParameter(f"{bootstrap!r} is not one HOST:PORT", param_hint="--bootstrap")
     if scenario not in available:
         raise click.BadParameter(f"unknown scenario; choose one of: {', '.join(available)}", param_hint="--scenario")
+    _require_prerequisites("demo")
     if out_dir is None:
         out_dir = Path("demo-out") / f"{scenario}{'-guard' if guard else ''}-{time.strftime('%Y%m%dT%H%M%S')}"
     if rules_file is not None:
@@ -88,6 +89,17 @@ def demo(scenario, broker_kind, bootstrap, client, rules_file, processes, max_tx
         click.echo(f"demo failed: {exc}", err=True)
         sys.exit(3)
     sys.exit(result.exit_code)
+
+
+def _require_prerequisites(command: str) -> None:
+    """Exit 3 at once, with the fix, when the analysis could not run (before any broker starts)."""
+    from kproxy.prereqs import MissingPrerequisite, check_spark_prerequisites
+
+    try:
+        check_spark_prerequisites(command)
+    except MissingPrerequisite as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(3)
 
 
 def _is_host_port(text: str) -> bool:

@@ -53,7 +53,7 @@ def shrink(rules_file, scenario, anomaly, seed, bootstrap, broker_kind, client, 
     the budget ran out), 1 the anomaly did not appear in the starting run,
     2 bad usage, 3 the shrink itself failed, 130 interrupted (best result written).
     """
-    from kproxy.cli.demo import _is_host_port
+    from kproxy.cli.demo import _is_host_port, _require_prerequisites
     from kproxy.faults.errors import RuleFileError
     from kproxy.faults.loader import load_rule_file
     from kproxy.shrink.runner import NotReproduced, ShrinkConfig, run_shrink
@@ -68,6 +68,7 @@ def shrink(rules_file, scenario, anomaly, seed, bootstrap, broker_kind, client, 
         load_rule_file(rules_file)
     except RuleFileError as exc:
         raise click.UsageError(str(exc)) from None
+    _require_prerequisites("shrink")
     config = ShrinkConfig(rules_file=rules_file, anomaly=anomaly, out_dir=out_dir, scenario=scenario, seed=seed,
                           bootstrap=bootstrap, broker=broker_kind, runs_per_candidate=runs, budget_s=budget * 60,
                           duration=duration, client=client, max_candidates=max_candidates)
