@@ -33,7 +33,9 @@ WORKDIR /opt/kproxy
 COPY pyproject.toml README.md ./
 COPY kproxy ./kproxy
 COPY spark ./spark
+# The build ships rules/ and dashboards/ inside the package (pyproject.toml).
 COPY rules ./rules
+COPY dashboards ./dashboards
 # Every extra but the test tools: kafka-python, EDN import, Spark analysis, Parquet traces.
 # The versions that matter are pinned in pyproject.toml, not here.
 # hadolint ignore=DL3013

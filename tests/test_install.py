@@ -149,3 +149,14 @@ def test_demo_from_the_wheel_writes_its_report_under_the_current_directory(wheel
     report = json.loads((out / "report.json").read_text())
     assert "valid" in report and (out / "report.html").is_file()
     assert report["broker"]["started_by_kproxy"] is True
+
+
+def test_the_image_build_gets_every_folder_the_package_build_reads() -> None:
+    import tomllib
+
+    mapped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()
+    dockerfile = (ROOT / "Dockerfile").read_text().splitlines()
+    allowed = (ROOT / ".dockerignore").read_text().splitlines()
+    for folder in mapped:
+        assert f"COPY {folder} ./{folder}" in dockerfile, f"the Dockerfile does not copy {folder}/"
+        assert f"!{folder}/" in allowed, f".dockerignore keeps {folder}/ out of the build context"
