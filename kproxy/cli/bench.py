@@ -176,6 +176,9 @@ def analysis(sizes, traces_mode, master, seed, timeout, work_dir, out) -> None: 
         size_list = parse_sizes(sizes)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--sizes") from None
+    from kproxy.cli.demo import _require_prerequisites
+
+    _require_prerequisites("bench analysis")  # before generating any input
     config = AnalysisBenchConfig(work_dir=work_dir or default_work_dir(), sizes=size_list,
                                  traces=TRACE_MODES[traces_mode], seed=seed, master=master, timeout_s=timeout)
     runs = []
