@@ -457,3 +457,57 @@ def test_sigterm_loses_nothing_accepted(tmp_path: Path) -> None:
     assert seqs == list(range(accepted))
     for path in trace_files(tmp_path):
         assert path.read_bytes().endswith(b"\n")  # a clean shutdown leaves no torn line
+
+
+def _fetch_event(i: int, version: int = 12) -> dict:
+    """A records-level Fetch response event whose frame (one 20 KiB batch) waits in the queue until scanned."""
+    from kproxy.protocol.codec import encode_response
+    from kproxy.protocol.records import Record, encode_batch, make_batch
+    from tests.test_response_rewrite import fetch_response
+
+    batch = encode_batch(make_batch([Record(offset=i, timestamp=1, key=None, value=bytes([i % 256]) * 20_000)]))
+    frame = encode_response(fetch_response(version, {"orders": [{"partition_index": 0, "high_watermark": i + 1,
+                                                              "records": batch}]}), i)
+    return frame
+
+
+async def test_queued_frames_are_bounded_in_bytes_block_and_drop(tmp_path: Path) -> None:
+    from kproxy.obs.trace_records import FetchResponseRecords
+
+    bound = 100_000
+    for mode in ("drop", "block"):
+        writer = TraceWriter(tmp_path / mode, proxy_id=mode, level="records", queue_bytes=bound, on_full=mode)
+        frames = [_fetch_event(i) for i in range(12)]  # ~240 KB of frames against a 100 KB bound
+
+        def event(i: int) -> dict:
+            return header_event(i) | {"api": "fetch", "direction": "response",
+                                      "partitions": FetchResponseRecords(12, frames[i], None, writer.raw_ledger)}
+
+        if mode == "drop":  # the writer is not running: nothing leaves the queue
+            assert all(writer.offer(event(i)) for i in range(12))  # the caller never waits
+            assert 0 < writer.dropped < 12 and writer.raw_ledger.held <= bound + len(frames[0])
+            await writer.aclose()
+        else:
+            refused = None
+            for i in range(12):
+                refused = event(i)
+                if not writer.offer(refused):
+                    break
+            assert 0 < i < 11 and writer.raw_ledger.held <= bound + 2 * len(frames[0])
+            async with trio.open_nursery() as nursery:
+                await nursery.start(writer.run)
+                await writer.put(refused)  # what a caller does: await room
+                for j in range(i + 1, 12):
+                    e = event(j)
+                    if not writer.offer(e):
+                        await writer.put(e)
+                    assert writer.raw_ledger.held <= bound + 2 * len(frames[0])
+                await writer.aclose()
+            assert writer.dropped == 0 and writer.accepted == 12
+        assert writer.raw_ledger.held == 0
+        events = list(iter_trace_events(tmp_path / mode))
+        assert len(events) == writer.accepted
+        for e in events:  # every accepted frame's batch is in the side file and reads back
+            (part,) = e["partitions"]
+            (record,) = part["records"]
+            assert record["offset"] == e["correlation_id"] and part["records_file"].endswith(".records")

@@ -154,7 +154,7 @@ class Inspector:
                     ex.txn_client = ex.txn_numbers[0]
         if proxy.trace_records and api_key == apis.PRODUCE:
             ex.request_partitions = ProduceRequestRecords(
-                ex.api_version, ex.frame, body_start(ex.frame, 4, ex.header), proxy.topic_names
+                ex.api_version, ex.frame, body_start(ex.frame, 4, ex.header), proxy.topic_names, proxy.trace.raw_ledger
             )
         decision = d.FORWARD
         if wants:
@@ -670,10 +670,11 @@ class Inspector:
         proxy = self.proxy
         if frame is not None and proxy.trace_records:
             ex.request_partitions = ProduceRequestRecords(
-                ex.api_version, frame, body_start(frame, 4, header), proxy.topic_names
+                ex.api_version, frame, body_start(frame, 4, header), proxy.topic_names, proxy.trace.raw_ledger
             )
         await proxy.emit_trace(
-            (self._fast_event, conn, ex, "request", size, None, None, 0.0, proxy.wall_clock(), proxy.mono_ns())
+            (self._fast_event, conn, ex, "request", size, ex.request_partitions, None, 0.0, proxy.wall_clock(),
+             proxy.mono_ns())
         )
 
     async def trace_fast_response(
@@ -700,9 +701,11 @@ class Inspector:
         if proxy.trace_records:
             raw: Any = None
             if ex.api_key == apis.FETCH and (chunks is not None or frame is not None):
-                raw = FetchResponseRecords(ex.api_version, chunks if chunks is not None else frame, proxy.topic_names)
+                raw = FetchResponseRecords(
+                    ex.api_version, chunks if chunks is not None else frame, proxy.topic_names, proxy.trace.raw_ledger
+                )
             elif ex.api_key == apis.PRODUCE and frame is not None:
-                raw = ProduceResponseRecords(ex.request_partitions, ex.api_version, frame)
+                raw = ProduceResponseRecords(ex.request_partitions, ex.api_version, frame, ledger=proxy.trace.raw_ledger)
             if raw is not None:
                 await proxy.emit_trace(
                     (self._fast_event, conn, ex, "response", size, raw, codes, now, proxy.wall_clock(), proxy.mono_ns())
@@ -721,8 +724,6 @@ class Inspector:
     ) -> dict[str, Any]:
         """Build a fast-path trace event (called on the trace writer's thread)."""
         event = self._event(conn, ex, direction, size, wall, mono)
-        if direction == "request":
-            event["partitions"] = ex.request_partitions
         if isinstance(frame, RawPartitions):
             event["partitions"] = frame
             if codes is None and isinstance(frame, FetchResponseRecords):

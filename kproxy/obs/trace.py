@@ -43,7 +43,7 @@ import orjson
 import trio
 
 from kproxy.obs import metrics
-from kproxy.obs.trace_records import RawPartitions
+from kproxy.obs.trace_records import RawLedger, RawPartitions
 from kproxy.obs.trace_schema import SCHEMA_VERSION
 
 log = logging.getLogger(__name__)
@@ -295,6 +295,7 @@ class TraceWriter:
         rotate_bytes: int = 256 * MiB,
         rotate_seconds: float = 3600,
         queue_size: int = 65536,
+        queue_bytes: int = 128 * MiB,
         on_full: OnFull = "block",
         proxy_id: str,
         flush_interval: float = 0.1,
@@ -308,8 +309,8 @@ class TraceWriter:
             raise ValueError(f"on_full must be 'block' or 'drop', not {on_full!r}")
         if not _PROXY_ID.match(proxy_id):
             raise ValueError(f"proxy id {proxy_id!r} must be letters, digits, '.', '_' or inner '-'")
-        if queue_size < 1 or rotate_bytes < 1 or rotate_seconds <= 0:
-            raise ValueError("queue_size, rotate_bytes and rotate_seconds must be positive")
+        if queue_size < 1 or queue_bytes < 1 or rotate_bytes < 1 or rotate_seconds <= 0:
+            raise ValueError("queue_size, queue_bytes, rotate_bytes and rotate_seconds must be positive")
         if not 0 < flush_interval <= 0.2:
             raise ValueError("flush_interval must be in (0, 0.2] seconds: files are flushed at least every 200 ms")
 
@@ -319,6 +320,9 @@ class TraceWriter:
         self.on_full: OnFull = on_full
         self.proxy_id = proxy_id
         self.queue_size = queue_size
+        # Level `records` hands over frames: the queue is bounded in their bytes too.
+        self.queue_bytes = queue_bytes
+        self.raw_ledger = RawLedger()
         self.flush_interval = flush_interval
         self.close_timeout = close_timeout
 
@@ -366,24 +370,29 @@ class TraceWriter:
         event and the call returns True (nothing for the caller to do).
         """
         queue = self._queue
-        if len(queue) < self._wake_at and not self._closing:
+        if len(queue) < self._wake_at and not self._closing and self.raw_ledger.held < self.queue_bytes // 2:
             queue.append(event)
             self.accepted += 1
             return True
         return self._offer_slow(event)
 
-    def _offer_slow(self, event: dict) -> bool:
+    def _has_room(self) -> bool:
+        # An empty queue takes any event, however large its frame: it cannot wait for itself.
+        queue = self._queue
+        return len(queue) < self.queue_size and (not queue or self.raw_ledger.held < self.queue_bytes)
+
+    def _offer_slow(self, event: dict | tuple) -> bool:
         self._check_usable()
         if self._closing:
-            self._count_drop()
+            self._count_drop(event)
             return True
         self._wake.set()
-        if len(self._queue) < self.queue_size:
+        if self._has_room():
             self._queue.append(event)
             self.accepted += 1
             return True
         if self.on_full == "drop":
-            self._count_drop()
+            self._count_drop(event)
             return True
         return False
 
@@ -394,14 +403,14 @@ class TraceWriter:
             while True:
                 self._check_usable()
                 if self._closing:
-                    self._count_drop()
+                    self._count_drop(event)
                     return
-                if len(self._queue) < self.queue_size:
+                if self._has_room():
                     self._queue.append(event)
                     self.accepted += 1
                     return
                 if self.on_full == "drop":
-                    self._count_drop()
+                    self._count_drop(event)
                     return
                 if self._room is None:
                     self._room = trio.Event()
@@ -414,9 +423,12 @@ class TraceWriter:
         finally:
             metrics.trace_wait.inc(trio.current_time() - started)
 
-    def _count_drop(self) -> None:
+    def _count_drop(self, event: dict | tuple) -> None:
         self.dropped += 1
         metrics.trace_events.labels("dropped").inc()
+        raw = event[5] if type(event) is tuple and len(event) > 5 else event.get("partitions") if type(event) is dict else None
+        if isinstance(raw, RawPartitions):
+            raw.drop()
 
     def _check_usable(self) -> None:
         if self._failure is not None:
@@ -550,6 +562,9 @@ class TraceWriter:
             return deferred[0](*deferred[1:])
         except Exception:  # noqa: BLE001 - one bad event must not stop the writer
             log.exception("trace event dropped: building it failed")
+            raw = deferred[5] if len(deferred) > 5 else None
+            if isinstance(raw, RawPartitions):
+                raw._scanned()  # noqa: SLF001 - its bytes are gone with the event
             self.unwritable += 1
             metrics.trace_events.labels("dropped").inc()
             return None

@@ -52,12 +52,56 @@ def _with_batches(view: dict[str, Any], frame: bytes | memoryview, span: tuple[i
     view.update(records_file=name, records_offset=offset, records_length=end - start)
 
 
-class RawPartitions:
-    """Partitions of one event, resolved on the writer's thread."""
+class RawLedger:
+    """Bytes of frames handed to the trace writer and not yet scanned: the writer's queue bound in bytes.
 
-    __slots__ = ()
+    Each counter has one writing thread: `taken` the proxy's, `scanned` the
+    writer's, `dropped` the proxy's (events it dropped never reach the writer).
+    """
+
+    __slots__ = ("taken", "scanned", "dropped")
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self.scanned = 0
+        self.dropped = 0
+
+    @property
+    def held(self) -> int:
+        return self.taken - self.scanned - self.dropped
+
+
+class RawPartitions:
+    """Partitions of one event, resolved on the writer's thread; holds its frame's bytes until then."""
+
+    __slots__ = ("ledger", "nbytes", "_released")
+
+    def __init__(self, ledger: RawLedger | None, nbytes: int) -> None:
+        self.ledger = ledger
+        self.nbytes = nbytes
+        self._released = False
+        if ledger is not None:
+            ledger.taken += nbytes
 
     def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        raise NotImplementedError
+
+    def _scanned(self) -> None:
+        """Writer thread: the frame is in the side file (or not traceable); its bytes no longer count."""
+        if not self._released:
+            self._released = True
+            if self.ledger is not None:
+                self.ledger.scanned += self.nbytes
+
+    def drop(self) -> None:
+        """Proxy thread: the event was dropped before the writer saw it."""
+        if not self._released:
+            self._released = True
+            if self.ledger is not None:
+                self.ledger.dropped += self.nbytes
+            self._forget()
+
+    def _forget(self) -> None:
         raise NotImplementedError
 
 
@@ -66,7 +110,11 @@ class ProduceRequestRecords(RawPartitions):
 
     __slots__ = ("version", "frame", "body", "topic_names", "partitions", "_done")
 
-    def __init__(self, version: int, frame: bytes, body: int, topic_names: Mapping[Any, str] | None = None) -> None:
+    def __init__(
+        self, version: int, frame: bytes, body: int, topic_names: Mapping[Any, str] | None = None,
+        ledger: RawLedger | None = None,
+    ) -> None:
+        super().__init__(ledger, len(frame))
         self.version = version
         self.topic_names = topic_names
         self.frame = frame
@@ -89,7 +137,12 @@ class ProduceRequestRecords(RawPartitions):
                     parts.append(view)
                 self.partitions = parts
             self.frame = b""  # the bytes are in the side file now
+            self._scanned()
         return None if self.partitions is None else [dict(p) for p in self.partitions]
+
+    def _forget(self) -> None:
+        self._done = True
+        self.frame = b""
 
 
 class ProduceResponseRecords(RawPartitions):
@@ -99,14 +152,20 @@ class ProduceResponseRecords(RawPartitions):
 
     def __init__(
         self, request: ProduceRequestRecords | None, version: int, frame: bytes | None = None,
-        parts: list[dict[str, Any]] | None = None,
+        parts: list[dict[str, Any]] | None = None, ledger: RawLedger | None = None,
     ) -> None:
+        super().__init__(ledger, len(frame) if frame is not None else 0)
         self.request = request
         self.version = version
         self.frame = frame
         self.parts = parts  # from a decoded response (slow path), records null
 
+    def _forget(self) -> None:
+        self.frame = None
+        self.request = None
+
     def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        self._scanned()
         parts = self.parts
         if parts is None:
             if self.frame is None:
@@ -133,7 +192,11 @@ class FetchResponseRecords(RawPartitions):
 
     __slots__ = ("version", "frame", "topic_names", "_walk")
 
-    def __init__(self, version: int, frame: bytes | list[bytes], topic_names: Mapping[Any, str] | None) -> None:
+    def __init__(
+        self, version: int, frame: bytes | list[bytes], topic_names: Mapping[Any, str] | None,
+        ledger: RawLedger | None = None,
+    ) -> None:
+        super().__init__(ledger, len(frame) if isinstance(frame, bytes) else sum(map(len, frame)))
         self.version = version
         self.frame = frame
         self.topic_names = topic_names
@@ -158,6 +221,8 @@ class FetchResponseRecords(RawPartitions):
     def resolve(self, store: Store) -> list[dict[str, Any]] | None:
         walk = self._walked()
         if walk is None:
+            self.frame = b""
+            self._scanned()
             return None
         parts = []
         for fields, span in walk[1]:
@@ -165,4 +230,9 @@ class FetchResponseRecords(RawPartitions):
             _with_batches(view, self.frame, span, store)
             parts.append(view)
         self.frame = b""
+        self._scanned()
         return parts
+
+    def _forget(self) -> None:
+        self.frame = b""
+        self._walk = None
