@@ -80,6 +80,22 @@ def java_major(version_output: str) -> int | None:
     return major
 
 
+def release_major(java: str) -> int | None:
+    """The major version from the runtime's `release` file beside bin/java, or None without one.
+
+    Every JDK and JRE build since 9 has it. Reading it costs nothing, where
+    `java -version` starts a JVM: on a loaded machine that alone can take
+    longer than the second a missing prerequisite may cost.
+    """
+    release = Path(os.path.realpath(java)).parent.parent / "release"
+    try:
+        text = release.read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r'^JAVA_VERSION="([^"]+)"', text, re.MULTILINE)
+    return java_major(f'version "{match.group(1)}"') if match else None
+
+
 JAVA_FIX = (
     f"Install Java {MIN_JAVA} or 21 (Debian/Ubuntu: sudo apt-get install openjdk-17-jre-headless; "
     f"macOS: brew install openjdk@17), then put its java on PATH or set JAVA_HOME to it."
@@ -94,6 +110,14 @@ def check_java(command: str) -> None:
             f"kproxy {command} runs its analysis on Spark, which needs Java {MIN_JAVA} or later: "
             f"no java found {where} ({source}).\n{JAVA_FIX}"
         )
+    major = release_major(java)
+    if major is not None:
+        if major < MIN_JAVA:
+            raise MissingPrerequisite(
+                f"kproxy {command} runs its analysis on Spark, which needs Java {MIN_JAVA} or later; "
+                f"{java} ({source}) is Java {major}.\n{JAVA_FIX}"
+            )
+        return
     try:
         probe = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=JAVA_PROBE_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -160,3 +160,24 @@ def test_the_image_build_gets_every_folder_the_package_build_reads() -> None:
     for folder in mapped:
         assert f"COPY {folder} ./{folder}" in dockerfile, f"the Dockerfile does not copy {folder}/"
         assert f"!{folder}/" in allowed, f".dockerignore keeps {folder}/ out of the build context"
+
+
+def test_java_versions_read_the_way_spark_needs_them(tmp_path: Path) -> None:
+    from kproxy.prereqs import MissingPrerequisite, check_java, java_major, release_major
+
+    assert java_major('openjdk version "17.0.15" 2025-04-15') == 17
+    assert java_major('openjdk version "21" 2023-09-19') == 21
+    assert java_major('java version "1.8.0_392"') == 8
+    # A runtime laid out as a JDK is (bin/java beside a release file); Spark refuses Java 11.
+    (tmp_path / "bin").mkdir()
+    java = tmp_path / "bin" / "java"
+    java.write_text("")
+    java.chmod(0o755)
+    (tmp_path / "release").write_text('IMPLEMENTOR="Eclipse Adoptium"\nJAVA_VERSION="11.0.22"\n')
+    assert release_major(str(java)) == 11
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAVA_HOME", str(tmp_path))
+        with pytest.raises(MissingPrerequisite, match=r"needs Java 17 or later; .* is Java 11"):
+            check_java("demo")
+    real = shutil.which("java")
+    assert real is not None and (release_major(real) or 0) >= 17, "the machine's own Java 17 reads as such"
