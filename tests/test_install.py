@@ -94,6 +94,15 @@ def test_demo_list_shows_the_shipped_scenarios_from_any_directory(base_venv: Pat
     assert done.stdout.split() == [p.stem for p in sorted((ROOT / "rules").glob("*.yaml"))]
 
 
+def test_rules_dir_still_chooses_where_scenarios_come_from(base_venv: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "my-rules"
+    mine.mkdir()
+    shutil.copy(ROOT / "rules" / "healthy.yaml", mine / "my-calm-run.yaml")
+    done, _ = _run(base_venv, "demo", "--list", "--rules-dir", "my-rules", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["my-calm-run"]
+
+
 def test_rules_validate_passes_on_a_shipped_scenario(base_venv: Path, tmp_path: Path) -> None:
     where = subprocess.run([str(base_venv / "bin" / "python"), "-c", "from kproxy.demo import rules_dir; print(rules_dir())"],
                            cwd=tmp_path, capture_output=True, text=True, check=True,
@@ -139,6 +148,7 @@ def test_demo_without_java_stops_at_once_naming_java(base_venv: Path, tmp_path: 
 
 @pytest.mark.slow
 @pytest.mark.spark
+@pytest.mark.timeout(900)  # installing PySpark, a demo and a second analysis, each with its own JVM
 def test_demo_from_the_wheel_writes_its_report_under_the_current_directory(wheel: Path, tmp_path: Path) -> None:
     venv = _fresh_venv(tmp_path, f"{wheel}[analysis]")
     run_dir = tmp_path / "elsewhere"
@@ -149,6 +159,12 @@ def test_demo_from_the_wheel_writes_its_report_under_the_current_directory(wheel
     report = json.loads((out / "report.json").read_text())
     assert "valid" in report and (out / "report.html").is_file()
     assert report["broker"]["started_by_kproxy"] is True
+    # The analysis on its own, from the installed package, with paths relative to where it runs.
+    run = out.relative_to(run_dir)
+    done, _ = _run(venv, "analyze", "--history", str(run / "history.jsonl"), "--traces", str(run / "traces"),
+                   "--out", "again", "--quiet", cwd=run_dir, timeout=600)
+    assert done.returncode in (0, 1), done.stderr
+    assert json.loads((run_dir / "again" / "report.json").read_text())["valid"] == report["valid"]
 
 
 def test_the_image_build_gets_every_folder_the_package_build_reads() -> None:
@@ -181,3 +197,11 @@ def test_java_versions_read_the_way_spark_needs_them(tmp_path: Path) -> None:
             check_java("demo")
     real = shutil.which("java")
     assert real is not None and (release_major(real) or 0) >= 17, "the machine's own Java 17 reads as such"
+
+
+def test_bench_plot_without_matplotlib_stops_before_measuring(base_venv: Path, tmp_path: Path) -> None:
+    done, elapsed = _run(base_venv, "bench", "--plot", "bench.png", cwd=tmp_path)
+    assert done.returncode == 2
+    assert elapsed < 1.0, f"took {elapsed:.2f}s"
+    assert "--plot needs matplotlib" in done.stderr and "'kproxy[analysis]'" in done.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -84,6 +84,13 @@ def bench(ctx, bootstrap, broker_kind, rounds, batched_records, consume_passes, 
     from kproxy.bench.runner import BenchConfig, run_bench
     from kproxy.brokers import BrokerError
 
+    if plot is not None:
+        import importlib.util
+
+        from kproxy.prereqs import install_analysis_command
+
+        if importlib.util.find_spec("matplotlib") is None:  # found out now, not after the whole benchmark
+            raise click.UsageError(f"--plot needs matplotlib, from the 'analysis' extra: {install_analysis_command()}")
     if broker_kind != "tansu" and (bootstrap is not None or reference or tls):
         raise click.UsageError("--broker applies to the plain paths without --bootstrap; --reference and --tls run "
                                "on tansu")
