@@ -28,7 +28,7 @@ class SideFile:
     def __init__(self) -> None:
         self.data = bytearray()
 
-    def store(self, raw: memoryview) -> tuple[str, int]:
+    def store(self, raw: memoryview, key: tuple | None = None) -> tuple[str, int]:
         offset = len(self.data)
         self.data += raw
         return "side.records", offset

@@ -459,13 +459,13 @@ def test_sigterm_loses_nothing_accepted(tmp_path: Path) -> None:
         assert path.read_bytes().endswith(b"\n")  # a clean shutdown leaves no torn line
 
 
-def _fetch_event(i: int, version: int = 12) -> dict:
+def _fetch_event(i: int, version: int = 12, size: int = 20_000, fill: int | None = None) -> bytes:
     """A records-level Fetch response event whose frame (one 20 KiB batch) waits in the queue until scanned."""
     from kproxy.protocol.codec import encode_response
     from kproxy.protocol.records import Record, encode_batch, make_batch
     from tests.test_response_rewrite import fetch_response
 
-    batch = encode_batch(make_batch([Record(offset=i, timestamp=1, key=None, value=bytes([i % 256]) * 20_000)]))
+    batch = encode_batch(make_batch([Record(offset=i, timestamp=1, key=None, value=bytes([(i if fill is None else fill) % 256]) * size)]))
     frame = encode_response(fetch_response(version, {"orders": [{"partition_index": 0, "high_watermark": i + 1,
                                                               "records": batch}]}), i)
     return frame
@@ -511,3 +511,23 @@ async def test_queued_frames_are_bounded_in_bytes_block_and_drop(tmp_path: Path)
             (part,) = e["partitions"]
             (record,) = part["records"]
             assert record["offset"] == e["correlation_id"] and part["records_file"].endswith(".records")
+
+
+async def test_a_fetch_served_again_is_stored_once_per_side_file(tmp_path: Path) -> None:
+    from kproxy.obs.trace_records import DEDUPE_MIN_BYTES, FetchResponseRecords
+
+    size = DEDUPE_MIN_BYTES + 1000
+    again = _fetch_event(7, size=size, fill=1)
+    rewritten = _fetch_event(7, size=size, fill=2)  # same offsets, other bytes (a truncated and rewritten log)
+    writer = TraceWriter(tmp_path, proxy_id="dd", level="records")
+    for corr, frame in enumerate([again, again, rewritten]):
+        writer.offer(header_event(corr) | {"api": "fetch", "direction": "response",
+                                           "partitions": FetchResponseRecords(12, frame, None, writer.raw_ledger)})
+    await writer.aclose()
+    events = list(iter_trace_events(tmp_path))
+    spans = [(e["partitions"][0]["records_offset"], e["partitions"][0]["records_length"]) for e in events]
+    assert spans[0] == spans[1] and spans[2][0] == spans[0][0] + spans[0][1]
+    (side,) = writer._sink.side_files
+    assert side.stat().st_size == spans[0][1] * 2
+    values = [e["partitions"][0]["records"][0]["value"] for e in events]
+    assert values == ["\x01" * size, "\x01" * size, "\x02" * size]

@@ -110,6 +110,8 @@ class _Sink:
         self.side_size = 0
         self._side_pending: list[memoryview] = []
         self._side_pending_size = 0
+        # Regions already in the open side file, by (topic, partition, base offset, length, hash).
+        self._side_index: dict[tuple, tuple[str, int]] = {}
 
     def _first_free_seq(self) -> int:
         # A restarted proxy with the same id continues the sequence, so its
@@ -148,12 +150,20 @@ class _Sink:
                 self._side.close()
                 self._side = None
             self.side_size = 0
+            self._side_index = {}
             self._close_file()
             self.path = None
 
-    def store_raw(self, data: memoryview) -> tuple[str, int]:
-        """Queue raw record batches for the side file; returns (file name, offset) they will have."""
+    def store_raw(self, data: memoryview, key: tuple | None = None) -> tuple[str, int]:
+        """Queue raw record batches for the side file; returns (file name, offset) they will have.
+
+        With a key, bytes the open side file already holds under it are not written again.
+        """
         self.ensure_open()
+        if key is not None:
+            known = self._side_index.get(key)
+            if known is not None:
+                return known
         if self._side is None:
             assert self.path is not None
             side = self.path.with_suffix(".records")
@@ -163,6 +173,8 @@ class _Sink:
         offset = self.side_size + self._side_pending_size
         self._side_pending.append(data)
         self._side_pending_size += len(data)
+        if key is not None:
+            self._side_index[key] = (self._side_name, offset)
         return self._side_name, offset
 
     def flush_side(self) -> None:

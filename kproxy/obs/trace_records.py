@@ -12,6 +12,7 @@ file (kproxy.obs.trace_files, spark/traces.py). Nothing here decompresses.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,7 +23,11 @@ from kproxy.protocol import batch_scan
 log = logging.getLogger(__name__)
 
 PARTITION_KEYS = tuple(f.name for f in PARTITION)
-Store = Callable[[memoryview], tuple[str, int]]
+Store = Callable[..., tuple[str, int]]  # (raw bytes, key=None) -> (side file name, offset)
+# Fetch regions at least this large are stored once per side file: a consumer
+# that reads a partition again (another group, a rewind, a retried fetch) is
+# served the same batches at the same offsets. Smaller ones are not worth the hash.
+DEDUPE_MIN_BYTES = 64 * 1024
 SIDE_FIELDS = ("compression", "batches", "records", "records_file", "records_offset", "records_length")
 
 
@@ -32,7 +37,9 @@ def _partition(**values: Any) -> dict[str, Any]:
     return view
 
 
-def _with_batches(view: dict[str, Any], frame: bytes | memoryview, span: tuple[int, int] | None, store: Store) -> None:
+def _with_batches(
+    view: dict[str, Any], frame: bytes | memoryview, span: tuple[int, int] | None, store: Store, dedupe: bool = False
+) -> None:
     if span is None or span[0] == span[1]:
         view["batches"] = []
         view["records"] = []
@@ -48,7 +55,14 @@ def _with_batches(view: dict[str, Any], frame: bytes | memoryview, span: tuple[i
     if not batches:
         view["records"] = []  # only a truncated tail: nothing a client reads
         return
-    name, offset = store(memoryview(frame)[start:end])
+    raw = memoryview(frame)[start:end]
+    key = None
+    if dedupe and end - start >= DEDUPE_MIN_BYTES:
+        # The same bytes, not merely the same offsets: a log truncated and rewritten
+        # (unclean leader election) serves other batches at the same offsets.
+        key = (view["topic"], view["partition"], batches[0]["base_offset"], end - start,
+               hashlib.blake2b(raw, digest_size=16).digest())
+    name, offset = store(raw, key)
     view.update(records_file=name, records_offset=offset, records_length=end - start)
 
 
@@ -227,7 +241,7 @@ class FetchResponseRecords(RawPartitions):
         parts = []
         for fields, span in walk[1]:
             view = _partition(**fields)
-            _with_batches(view, self.frame, span, store)
+            _with_batches(view, self.frame, span, store, dedupe=True)
             parts.append(view)
         self.frame = b""
         self._scanned()
