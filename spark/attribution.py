@@ -28,7 +28,7 @@ from typing import Any
 RULE, BROKER, CLIENT, UNEXPLAINED = "rule", "broker", "client", "unexplained"
 
 #: Broker diagnoses: a read_committed Fetch response that broke the protocol.
-BROKER_DIAGNOSES = ("aborted-txn-not-listed", "stale-aborted-entry", "past-last-stable-offset")
+BROKER_DIAGNOSES = ("aborted-txn-not-listed", "stale-aborted-entry", "past-last-stable-offset", "records-left-out")
 
 # What can explain a client reading a value it should not have (its send
 # failed or aborted): the fact, and the value's fate it needs on the wire.
@@ -43,6 +43,7 @@ MISSED = (
     ("stale-end-txn", "aborted"),  # a stale EndTxn(abort) aborted a transaction the client committed
     ("removed-by-rule", None),
     ("stale-aborted-entry", None),  # the client dropped it by an aborted entry that did not apply
+    ("records-left-out", None),  # a response skipped it among records it served
 )
 # What can explain a value in the log twice.
 DOUBLED = (("copy-landed", None), ("late-produce", None))
@@ -52,6 +53,7 @@ WIRE_DIAGNOSIS = {
     "broker-aborted-read": "aborted-txn-not-listed",
     "stale-aborted-entry": "stale-aborted-entry",
     "past-lso-read": "past-last-stable-offset",
+    "left-out-records": "records-left-out",
 }
 #: Wire tables whose `rules` list is already causal (the stale EndTxn, the
 #: late or erroring Produce a rule acted on).
@@ -70,6 +72,7 @@ _FACT_TEXT = {
     "stale-aborted-entry": "a read_committed Fetch response listed its producer as aborted though its transaction"
                            " committed, so the client dropped it",
     "past-last-stable-offset": "a read_committed Fetch response served it beyond its own last stable offset",
+    "records-left-out": "a read_committed Fetch response left it out from among the records it served",
 }
 _CLIENT_TEXT = {
     "read-in-aborted-txn": "its consumer kept the position its own aborted transaction had read up to",

@@ -50,6 +50,7 @@ WHY_ORDER = (
     "broker-aborted-read",
     "stale-aborted-entry",
     "past-lso-read",
+    "left-out-records",
     "G1a",
     "lost-write",
     "poll-skip",

@@ -36,6 +36,7 @@ WIRE_ANOMALIES = (
     "broker-aborted-read",
     "stale-aborted-entry",
     "past-lso-read",
+    "left-out-records",
     "latency",
     "fault-impact",
 )
@@ -585,6 +586,56 @@ def past_lso_reads(fetched: DataFrame, log: DataFrame) -> DataFrame:
     ))
 
 
+#: A gap wider than this in one response is read as this many offsets: a
+#: compacted or truncated range says nothing more per offset, and the
+#: explode must stay bounded.
+MAX_GAP = 1000
+
+
+def _left_out(fetched: DataFrame, log: DataFrame) -> DataFrame:
+    """Per record: committed data records a read_committed Fetch response
+    skipped over, inside a gap between two offsets it did serve (responses a
+    rule rewrote are left to the rule's own `removed-by-rule`)."""
+    parts = fetched.where(F.col("read_committed") & ~F.coalesce("rewritten", F.lit(False))).groupBy(
+        *EXCHANGE, "topic", "partition").agg(
+        F.min("mono_ns").alias("mono_ns"), F.first("client_id").alias("client_id"),
+        F.array_sort(F.collect_set("offset")).alias("served"))
+    served = F.col("served")
+    gaps = F.when(F.size(served) >= 2, F.flatten(F.transform(
+        F.sequence(F.lit(1), F.size(served) - 1),
+        lambda i: F.when(served[i] - served[i - 1] > 1,
+                         F.sequence(served[i - 1] + 1, F.least(served[i] - 1, served[i - 1] + MAX_GAP)))
+        .otherwise(F.array().cast("array<bigint>")),
+    ))).otherwise(F.array().cast("array<bigint>"))
+    missing = parts.select(*EXCHANGE, "topic", "partition", "mono_ns", "client_id",
+                           F.explode(gaps).alias("offset"))
+    committed = log.where(F.col("key_long").isNotNull()).select(
+        "topic", "partition", "offset", "key_long", "value_long", "producer_id",
+        F.coalesce("next_marker_fate", "fate").alias("fate"))
+    return missing.join(committed, ["topic", "partition", "offset"]).where(F.col("fate") == "committed")
+
+
+def left_out_records(fetched: DataFrame, log: DataFrame) -> DataFrame:
+    """read_committed Fetch responses that skipped committed records in the
+    middle of what they served (broker diagnosis `records-left-out`): no
+    control batch, abort or rule explains the gap, and the client, handed the
+    records after it, moves past them. One case per response partition."""
+    rows = _left_out(fetched, log)
+    return rows.groupBy(*EXCHANGE, "topic", "partition").agg(
+        F.min("mono_ns").alias("mono_ns"), F.first("client_id").alias("client_id"),
+        F.count(F.lit(1)).alias("left_out"),
+        F.array_sort(F.collect_set("offset")).alias("offsets"),
+        F.array_sort(F.collect_set(F.array("key_long", "value_long"))).alias("records"),
+        F.array().cast("array<string>").alias("rules"),
+    ).withColumn("explanation", F.concat(
+        F.lit("a read_committed Fetch"), F.coalesce(F.concat(F.lit(" by "), "client_id"), F.lit("")), F.lit(" "),
+        _at(F.col("conn_id"), F.col("correlation_id")),
+        F.format_string(" left out %s committed record(s) of topic %s partition %s at offset(s) %s, between"
+                        " records it did serve; the broker's own response", "left_out", "topic", "partition",
+                        _numbers(F.col("offsets"))),
+    ))
+
+
 #: What the driver needs to tie a history case to the wire (spark.attribution):
 #: per written (key, value), every wire fact that explains why a client saw
 #: it, missed it or saw its fate differ from what it was told.
@@ -629,6 +680,7 @@ def value_facts(fetched: DataFrame, log: DataFrame, removed: DataFrame) -> DataF
         pick(removed.where(F.col("control").isNull() & F.col("key_long").isNotNull()), "removed-by-rule",
              F.col("rule"), F.col("client_id")),
         pick(landed.where(F.col("produce_copy") > 0), "copy-landed", F.col("produce_rule"), F.col("fate")),
+        pick(_left_out(fetched, log), "records-left-out", F.lit(None).cast("string"), F.col("client_id")),
     ]
     union = parts[0]
     for part in parts[1:]:
@@ -757,6 +809,7 @@ WIRE_ORDER = {
     "broker-aborted-read": (("mono_ns", False), ("conn_id", False), ("correlation_id", False)),
     "stale-aborted-entry": (("mono_ns", False), ("conn_id", False), ("correlation_id", False)),
     "past-lso-read": (("mono_ns", False), ("conn_id", False), ("correlation_id", False)),
+    "left-out-records": (("mono_ns", False), ("conn_id", False), ("correlation_id", False)),
     "~value-facts": (("key", False), ("value", False), ("fact", False), ("rule", False)),
     "latency": (("api", False),),
     "~rule-touches": (("rule", False),),
@@ -859,6 +912,7 @@ def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
         "broker-aborted-read": broker_aborted_reads(fetched, log),
         "stale-aborted-entry": stale_aborted_entries(fetched, log),
         "past-lso-read": past_lso_reads(fetched, log),
+        "left-out-records": left_out_records(fetched, log),
         "~value-facts": value_facts(fetched, log, rule_removed_records(traces)),
         "~rule-writes": rule_writes(sent, attempts, log),
     }

@@ -200,3 +200,23 @@ def test_a_request_its_connection_closed_on_is_lost_not_unanswered(spark, tmp_pa
     _, traces_dir = s.write(tmp_path)
     [attempt] = produce_attempts(load_traces(spark, traces_dir)).collect()
     assert attempt["status"] == "lost" and attempt["lost_reason"] == "lost: connection closed (client_closed)"
+
+
+def test_a_response_that_leaves_out_committed_records_is_the_lost_writes_cause(spark, tmp_path):
+    # The broker's response serves offsets 0-1 and 5-6 and skips 2, where
+    # committed value 2 lies; the client reads on from 5.
+    scenario = _committed_txns(Scenario(), [([(0, 1), (1, "abort"), (5, 4), (6, "commit")], [(PID, 0)])],
+                               polled=[[5, 4]])
+    report = _analyze(spark, tmp_path, scenario)
+    [gap] = report["anomalies"]["left-out-records"]
+    assert gap["offsets"] == [2] and gap["records"] == [[7, 2]] and gap["cause"]["by"] == "broker"
+    [lost] = report["anomalies"]["lost-write"]
+    assert lost["value"] == 2 and lost["cause"]["name"] == "records-left-out"
+
+
+def test_a_gap_of_aborted_records_or_markers_is_no_diagnosis(spark, tmp_path):
+    # Left out: the aborted value 1 and its abort marker, as a broker that
+    # filters aborted data for read_committed does.
+    scenario = _committed_txns(Scenario(), [([(2, 2), (3, "commit"), (5, 4), (6, "commit")], [])],
+                               polled=[[2, 2], [5, 4]])
+    assert _wire(spark, tmp_path, scenario)["left-out-records"] == []
