@@ -215,6 +215,9 @@ def run_demo(
     report = analyze(str(history), str(traces), str(out_dir), spark=spark)
     report["broker"] = broker_section(identity, kind, binary_version, prefix)
     write_json(report, str(out_dir / "report.json"))
+    from spark.html import write_html
+
+    write_html(report, str(out_dir / "report.html"))  # again, now that it knows the broker
     summary = broker_line(report["broker"]) + "\n" + format_summary(report, str(out_dir))
     say(summary)
     say(f"done in {time.monotonic() - started:.0f}s: {out_dir / 'report.html'} and {out_dir / 'report.json'}")

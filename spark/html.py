@@ -217,6 +217,12 @@ def render_html(report: Mapping[str, Any]) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>kproxy report: {verdict}</title>"
              f"<style>{STYLE}</style></head><body>",
              f"<h1>kproxy analysis: <span class='{verdict}'>{verdict.upper()}</span></h1>"]
+    broker = report.get("broker")
+    if broker:
+        version = broker.get("binary_version") or broker.get("version") or ""
+        parts.append(f"<p>Broker: {html.escape(str(broker.get('software')))} {html.escape(str(version))} at"
+                     f" <code>{html.escape(str(broker.get('bootstrap')))}</code>, {broker.get('nodes')} node(s),"
+                     f" {'started by kproxy' if broker.get('started_by_kproxy') else 'not started by kproxy'}</p>")
     counts = report.get("counts", {})
     errors = set(report.get("errors", ()))
     summary_rows = [{"anomaly": n, "count": counts[n], "kind": "error" if n in errors else "informational",
