@@ -160,6 +160,11 @@ def cause_of(name: str, case: Mapping[str, Any], facts: Facts) -> dict | None:
         return _cause(BROKER, WIRE_DIAGNOSIS[name], text=f"the broker: {_FACT_TEXT[WIRE_DIAGNOSIS[name]]}")
     if name in WIRE_BY_RULES:
         rules = case.get("rules") or []
+        # The stale EndTxn a rule delivered decided the records: that rule,
+        # before any other rule that merely touched one of the Produces.
+        stale = [e["rule"] for e in case.get("stale_end_txns") or [] if e.get("rule")]
+        if stale:
+            return _cause(RULE, name, rule=stale[0], text=f"rule '{stale[0]}' delivered the stale EndTxn")
         if rules:
             return _cause(RULE, name, rule=rules[0], text=f"rule '{rules[0]}' acted on the requests involved")
         return None if name in RULE_ONLY else _unexplained("no rule acted on the requests involved")

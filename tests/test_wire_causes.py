@@ -220,3 +220,14 @@ def test_a_gap_of_aborted_records_or_markers_is_no_diagnosis(spark, tmp_path):
     scenario = _committed_txns(Scenario(), [([(2, 2), (3, "commit"), (5, 4), (6, "commit")], [])],
                                polled=[[2, 2], [5, 4]])
     assert _wire(spark, tmp_path, scenario)["left-out-records"] == []
+
+
+def test_the_rule_that_delivered_the_stale_end_txn_is_the_torn_transactions_cause(spark, tmp_path):
+    # Rule 'a-latency' (first by name) only delayed a Produce; rule 'torn'
+    # delivered the stale EndTxn that decided the records.
+    scenario = torn_scenario()
+    late = next(e for e in scenario.events if e.get("hazard") == "late_produce" and e["direction"] == "request")
+    late["rule"] = "a-latency"
+    [torn] = _wire(spark, tmp_path, scenario)["torn-transaction"]
+    assert set(torn["rules"]) == {"a-latency", "torn"}
+    assert torn["cause"]["rule"] == "torn"
