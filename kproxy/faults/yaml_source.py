@@ -87,7 +87,12 @@ def read_yaml(text: str, source: str) -> SourceData:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         reason = " ".join(str(part) for part in (exc.context, exc.problem) if part)
-        builder.problems.append(Problem(source, line, (), f"YAML syntax error: {reason}"))
+        if "nesting depth" in reason:
+            # Newer PyYAML (6.0.4) bounds nesting in its scanner, which reads
+            # ahead of the events, so its own limit can fire before ours.
+            builder.problems.append(Problem(source, line, (), f"the document nests deeper than {MAX_NESTING_DEPTH} levels"))
+        else:
+            builder.problems.append(Problem(source, line, (), f"YAML syntax error: {reason}"))
     except yaml.reader.ReaderError as exc:
         # Raised before any mark exists; its position is a character offset.
         line = text.count("\n", 0, exc.position) + 1
