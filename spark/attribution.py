@@ -296,6 +296,7 @@ def rule_effects(touches: list[dict], writes: list[dict], cases: Mapping[str, li
             "writes": by_rule_writes.get(rule), "caused": caused, "effects": tags,
             "explanation": _effect_text(rule, touch, by_rule_writes.get(rule), caused, tags),
         })
+    tags_of = {e["rule"]: e["effects"] for e in effects}
     impact = []
     for rule in sorted(set(attributed) | set(touched)):
         touch = touched.get(rule, {})
@@ -304,8 +305,7 @@ def rule_effects(touches: list[dict], writes: list[dict], cases: Mapping[str, li
                            "anomaly": name, "cases": n})
         if rule in touched:
             impact.append({"rule": rule, "actions": touch.get("actions"), "events": touch.get("events", 0),
-                           "anomaly": "rule-effect", "cases": 1,
-                           "effects": next(e["effects"] for e in effects if e["rule"] == rule)})
+                           "anomaly": "rule-effect", "cases": 1, "effects": tags_of[rule]})
     return effects, impact
 
 

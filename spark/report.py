@@ -94,12 +94,13 @@ def cause_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     checks whose cases carry a `cause` (spark.attribution: one label each), or
     else `causes` (spark.checks.causes: a case may count under several, and
     one with none counts as `unexplained`)."""
+    from spark.attribution import label
+
     counted: dict[str, int] = {}
     for case in cases:
         if "cause" in case:  # spark.attribution's one cause
-            from spark.attribution import label
-
-            counted[label(case["cause"])] = counted.get(label(case["cause"]), 0) + 1
+            name = label(case["cause"])
+            counted[name] = counted.get(name, 0) + 1
             continue
         if "causes" not in case:
             return {}
