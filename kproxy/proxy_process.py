@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kproxy.brokers import BrokerError, free_port, stop_process, wait_for_port
+from kproxy.brokers.process import free_port_block
 
 
 @dataclass
@@ -53,7 +54,9 @@ def start_proxy(
 
     The admin API binds `admin_bind` (default: `host`); it is always reached at `host`.
     """
-    listen_port = free_port(host)
+    # The bootstrap listener and the per-broker listeners (by default listen
+    # port + 1 + node id) come from one run of free ports.
+    listen_port = free_port_block(host)
     admin_port = free_port(host) if admin else None
     cmd = [sys.executable, "-m", "kproxy", "run", "--upstream", upstream, "--listen", f"{host}:{listen_port}"]
     cmd += ["--admin", f"{admin_bind or host}:{admin_port}"] if admin else ["--no-admin"]

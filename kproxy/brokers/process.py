@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import shutil
 import signal
 import socket
@@ -23,6 +24,38 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_range_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port_block(host: str = "127.0.0.1", size: int = 257, attempts: int = 200) -> int:
+    """The first of `size` consecutive ports that all bind right now.
+
+    The proxy listens on one port and on `base + node id` per broker, so it
+    needs a run of ports, not one. The run is taken below the kernel's
+    ephemeral range: an ephemeral port can be handed to any outgoing
+    connection a moment later (a client's, a broker's), which then holds the
+    port a broker listener needs."""
+    top = _ephemeral_range_start() - size
+    for _ in range(attempts):
+        start = random.randint(10000, max(10000, top))
+        if all(_binds(host, port) for port in range(start, start + size)):
+            return start
+    raise BrokerError(f"no run of {size} free ports on {host} below {top + size}")
+
+
+def _binds(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
