@@ -209,13 +209,13 @@ def run_demo(
         stop_broker()
 
     say("[4/4] analysing the history against the wire traces with Spark (local mode)")
-    from spark.jobs import analyze
-    from spark.report import exit_code, format_summary, write_json
+    from kproxy_spark.jobs import analyze
+    from kproxy_spark.report import exit_code, format_summary, write_json
 
     report = analyze(str(history), str(traces), str(out_dir), spark=spark)
     report["broker"] = broker_section(identity, kind, binary_version, prefix)
     write_json(report, str(out_dir / "report.json"))
-    from spark.html import write_html
+    from kproxy_spark.html import write_html
 
     write_html(report, str(out_dir / "report.html"))  # again, now that it knows the broker
     summary = broker_line(report["broker"]) + "\n" + format_summary(report, str(out_dir))

@@ -160,7 +160,7 @@ def main() -> int:
 
     # SIGTERM unwinds like Ctrl-C, so the proxy and the Kafka nodes of the cell in progress are stopped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    from spark.session import get_session
+    from kproxy_spark.session import get_session
 
     spark = get_session(master="local[2]", app_name="kproxy-kafka-matrix",
                         conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})

@@ -171,7 +171,7 @@ def _import(name: str, directory: Path) -> Path:
 @pytest.fixture(scope="module")
 def analysed(spark, tmp_path_factory):
     """group name -> (report, {file: {anomaly: [cases]}}); each group analysed once."""
-    from spark.jobs import analyze
+    from kproxy_spark.jobs import analyze
 
     results: dict[str, tuple[dict, dict]] = {}
 

@@ -56,7 +56,7 @@ def test_every_history_rule_fails_analyze_with_file_line(tmp_path, line, text, m
 @pytest.mark.spark
 def test_spark_refuses_string_keys_it_opens_itself(spark, tmp_path):
     """spark-submit and URL histories skip the CLI's check: the job fails rather than say VALID."""
-    from spark.jobs import analyze
+    from kproxy_spark.jobs import analyze
 
     history = write_history(tmp_path / "named.jsonl", aborted_read("x"))
     with pytest.raises(Exception, match="history key is not an integer"):
@@ -65,7 +65,7 @@ def test_spark_refuses_string_keys_it_opens_itself(spark, tmp_path):
 
 @pytest.mark.spark
 def test_the_same_aborted_read_on_integer_keys_is_invalid(spark, tmp_path):
-    from spark.jobs import analyze
+    from kproxy_spark.jobs import analyze
 
     history = write_history(tmp_path / "numbered.jsonl", aborted_read(7))
     report = analyze(history, None, tmp_path / "report", spark=spark)

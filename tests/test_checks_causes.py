@@ -160,8 +160,8 @@ def test_a_fault_free_run_on_the_embedded_broker_has_no_unexplained_skip_or_inve
     resumes at lags: Tansu drops or holds back transactional offset commits)."""
     from kproxy.workload.config import WorkloadConfig
     from kproxy.workload.runner import run_workload
-    from spark.checks import history_checks
-    from spark.history import load_history
+    from kproxy_spark.checks import history_checks
+    from kproxy_spark.history import load_history
 
     history = tmp_path / "history.jsonl"
     config = WorkloadConfig(bootstrap=broker.bootstrap, txn=True, abort_probability=0.5, crash_probability=0.0,

@@ -114,7 +114,7 @@ def test_abort_position_needs_a_definite_abort_and_no_reassignment(run_checks):
 def _candidates(pairs, rounds=3):
     import numpy as np
 
-    from spark.checks.cycles import prune
+    from kproxy_spark.checks.cycles import prune
 
     array = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     keep = prune(array[:, 0], array[:, 1], rounds)
@@ -169,7 +169,7 @@ def test_ww_deps_decides_g0_and_whether_a_g1c_is_an_error(spark, tmp_path):
     """Jepsen's --ww-deps: with ww edges inferred from offsets, a G0 is found
     (and tolerated) and a G1c is tolerated; without them no G0 can be seen and
     a pure write-read cycle makes the history invalid."""
-    from spark.jobs import analyze
+    from kproxy_spark.jobs import analyze
     from tests.fixtures.spark import write_history
 
     path = write_history(tmp_path / "h.jsonl", [

@@ -1,7 +1,7 @@
 """The per-key kernel on its own, without Spark: what the grouped pass runs for each key."""
 
-from spark.checks.kernel import check_key
-from spark.checks.keyview import Event
+from kproxy_spark.checks.kernel import check_key
+from kproxy_spark.checks.keyview import Event
 
 
 def event(kind, index, process, type_, f, offset, value, mop_index=0, pos=0, op_writes=0, op_reads=False):
@@ -44,7 +44,7 @@ def test_an_info_send_proven_on_another_key_enters_the_version_order():
 
 
 def test_membership_counts_changes_before_an_operation_per_process():
-    from spark.checks.membership import Membership
+    from kproxy_spark.checks.membership import Membership
 
     membership = Membership([(0, 5, "assign"), (0, 2, "subscribe"), (1, 3, "crash"), (0, 9, "crash")])
     assert [membership.before(0, i) for i in (0, 2, 3, 5, 6, 10)] == [0, 0, 1, 1, 2, 3]
@@ -53,7 +53,7 @@ def test_membership_counts_changes_before_an_operation_per_process():
 
 
 def test_a_re_assignment_that_keeps_the_key_still_compares_reads_one_that_drops_it_does_not():
-    from spark.checks.membership import Membership
+    from kproxy_spark.checks.membership import Membership
 
     events = [
         event("send", 0, 9, "ok", "send", 0, 10, op_writes=1),

@@ -12,7 +12,7 @@ def poll(**by_key):
 
 
 def test_flatten_mops_covers_sends_polls_and_unknown_offsets(spark, tmp_path):
-    from spark.history import flatten_mops, load_history
+    from kproxy_spark.history import flatten_mops, load_history
 
     path = write_history(
         tmp_path / "h.jsonl",
@@ -37,8 +37,8 @@ def test_flatten_mops_covers_sends_polls_and_unknown_offsets(spark, tmp_path):
 
 
 def test_membership_and_create_helpers(spark, tmp_path):
-    from spark.checks.membership import change_rows
-    from spark.history import key_partitions, load_history
+    from kproxy_spark.checks.membership import change_rows
+    from kproxy_spark.history import key_partitions, load_history
 
     path = write_history(
         tmp_path / "h.jsonl",
@@ -60,8 +60,8 @@ def test_membership_and_create_helpers(spark, tmp_path):
 
 
 def test_version_orders_trust_polls_and_committed_sends_only(spark, tmp_path):
-    from spark.checks import version_orders
-    from spark.history import load_history
+    from kproxy_spark.checks import version_orders
+    from kproxy_spark.history import load_history
 
     path = write_history(
         tmp_path / "h.jsonl",

@@ -33,9 +33,9 @@ CLEAN = [
 
 
 def test_summary_counts_ops_sends_and_polled_records(spark, tmp_path):
-    from spark.checks import summary, summary_counts
-    from spark.checks.keypass import collect_pass, history_pass
-    from spark.history import load_history
+    from kproxy_spark.checks import summary, summary_counts
+    from kproxy_spark.checks.keypass import collect_pass, history_pass
+    from kproxy_spark.history import load_history
 
     ops = load_history(spark, write_history(tmp_path / "h.jsonl", CLEAN))
     counts = summary_counts(summary(ops), collect_pass(history_pass(ops)).micro_ops)
@@ -47,8 +47,8 @@ def test_summary_counts_ops_sends_and_polled_records(spark, tmp_path):
 
 
 def test_a_clean_history_has_no_anomaly(spark, tmp_path):
-    from spark.checks import ANOMALY_NAMES, history_checks
-    from spark.history import load_history
+    from kproxy_spark.checks import ANOMALY_NAMES, history_checks
+    from kproxy_spark.history import load_history
 
     checks = history_checks(load_history(spark, write_history(tmp_path / "h.jsonl", CLEAN)))
     assert set(checks) == set(ANOMALY_NAMES)

@@ -143,9 +143,9 @@ def test_nothing_unseen_when_every_ack_is_polled(run_checks):
 
 
 def test_unseen_counts_over_time(spark, tmp_path):
-    from spark.checks import unseen_series, unseen_series_by_key
-    from spark.checks.keypass import collect_pass, history_pass
-    from spark.history import load_history
+    from kproxy_spark.checks import unseen_series, unseen_series_by_key
+    from kproxy_spark.checks.keypass import collect_pass, history_pass
+    from kproxy_spark.history import load_history
     from tests.fixtures.spark import write_history
 
     history = [

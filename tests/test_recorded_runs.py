@@ -17,7 +17,7 @@ RULE = "rule:stale-commit-into-next-txn"
 
 @pytest.fixture(scope="module")
 def analysed(spark, tmp_path_factory):
-    from spark.jobs import analyze
+    from kproxy_spark.jobs import analyze
 
     reports: dict[str, dict] = {}
 

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from spark.html import render_html
-from spark.report import (
+from kproxy_spark.html import render_html
+from kproxy_spark.report import (
     EXIT_INVALID,
     EXIT_UNKNOWN,
     EXIT_VALID,

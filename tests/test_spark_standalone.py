@@ -90,7 +90,7 @@ def comparable(report: dict) -> dict:
 
 @pytest.mark.timeout(SUBMIT_TIMEOUT_S + 60)
 def test_spark_submit_to_a_standalone_cluster_reports_what_local_mode_reports(spark_standalone, spark, tmp_path):
-    from spark.jobs import analyze
+    from kproxy_spark.jobs import analyze
 
     history, traces = anomalous_scenario().write(tmp_path)
     cluster_out, local_out = tmp_path / "cluster", tmp_path / "local"

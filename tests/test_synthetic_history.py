@@ -138,7 +138,7 @@ def test_the_generator_reports_progress_and_writes_what_the_script_writes(tmp_pa
 
 
 def test_analysis_of_a_clean_synthetic_history_and_its_traces_is_valid(synthetic, spark, tmp_path):
-    from spark.jobs import analyze
+    from kproxy_spark.jobs import analyze
 
     history, traces = synthetic
     report = analyze(history, traces, tmp_path / "report", spark=spark)

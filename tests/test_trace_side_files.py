@@ -33,7 +33,7 @@ def _python_records(traces: Path) -> list[tuple]:
 
 
 def _spark_records(spark, traces: Path) -> list[tuple]:
-    from spark.traces import load_traces, trace_records
+    from kproxy_spark.traces import load_traces, trace_records
 
     rows = trace_records(load_traces(spark, traces)).select(
         "api", "direction", "conn_id", "correlation_id", "topic", "partition", "record_index", "offset", "key",

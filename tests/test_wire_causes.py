@@ -12,11 +12,11 @@ pytestmark = pytest.mark.spark
 
 
 def _wire(spark, tmp_path, scenario):
-    from spark.attribution import attribute_run
-    from spark.history import load_history
-    from spark.report import INFORMATIONAL
-    from spark.traces import load_traces
-    from spark.wire import read_wire_rows, wire_frame
+    from kproxy_spark.attribution import attribute_run
+    from kproxy_spark.history import load_history
+    from kproxy_spark.report import INFORMATIONAL
+    from kproxy_spark.traces import load_traces
+    from kproxy_spark.wire import read_wire_rows, wire_frame
 
     history, traces_dir = scenario.write(tmp_path)
     frame = wire_frame(load_history(spark, str(history)), load_traces(spark, traces_dir))
@@ -26,7 +26,7 @@ def _wire(spark, tmp_path, scenario):
 
 
 def _analyze(spark, tmp_path, scenario):
-    from spark.jobs import analyze
+    from kproxy_spark.jobs import analyze
 
     history, traces_dir = scenario.write(tmp_path)
     return analyze(str(history), str(traces_dir), str(tmp_path / "out"), spark=spark)
@@ -184,7 +184,7 @@ def test_a_held_request_delivered_late_counts_as_delivered(spark, tmp_path):
 
 
 def test_a_request_its_connection_closed_on_is_lost_not_unanswered(spark, tmp_path):
-    from spark.traces import load_traces, produce_attempts
+    from kproxy_spark.traces import load_traces, produce_attempts
 
     s = Scenario()
     s.op(0, "ok", "create", [8, "t", 0])

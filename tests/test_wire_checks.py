@@ -10,11 +10,11 @@ pytestmark = pytest.mark.spark
 
 
 def _checks(spark, tmp_path, scenario, names=None, **kwargs):
-    from spark.history import load_history
-    from spark.traces import load_traces
-    from spark.attribution import attribute_run
-    from spark.report import INFORMATIONAL
-    from spark.wire import read_wire_rows, wire_frame
+    from kproxy_spark.history import load_history
+    from kproxy_spark.traces import load_traces
+    from kproxy_spark.attribution import attribute_run
+    from kproxy_spark.report import INFORMATIONAL
+    from kproxy_spark.wire import read_wire_rows, wire_frame
 
     history, traces_dir = scenario.write(tmp_path)
     frame = wire_frame(load_history(spark, str(history)), load_traces(spark, traces_dir), **kwargs)

@@ -170,7 +170,7 @@ def error_scenario(retried: bool = False, client_type: str = "ok") -> Scenario:
 
 
 def test_load_traces_reads_jsonl_with_the_explicit_schema(spark, tmp_path):
-    from spark.traces import load_traces, trace_records
+    from kproxy_spark.traces import load_traces, trace_records
 
     _, traces_dir = torn_scenario().write(tmp_path)
     # A rotated second file and a torn last line from a killed writer.
@@ -191,7 +191,7 @@ def test_load_traces_reads_parquet_too(spark, tmp_path):
     import pyarrow.parquet as pq
 
     from kproxy.obs.trace_schema import arrow_schema
-    from spark.traces import load_traces
+    from kproxy_spark.traces import load_traces
 
     scenario = torn_scenario()
     _, traces_dir = scenario.write(tmp_path)
@@ -203,7 +203,7 @@ def test_load_traces_reads_parquet_too(spark, tmp_path):
 
 
 def test_landings_get_their_fate_from_the_applied_end_txn_agreeing_with_markers(spark, tmp_path):
-    from spark.traces import _marker_fates, fetched_records, landings, load_traces
+    from kproxy_spark.traces import _marker_fates, fetched_records, landings, load_traces
 
     _, traces_dir = torn_scenario().write(tmp_path)
     traces = load_traces(spark, traces_dir)
@@ -226,7 +226,7 @@ def test_landings_get_their_fate_from_the_applied_end_txn_agreeing_with_markers(
 
 
 def test_without_fetches_the_end_txn_decides_the_fate(spark, tmp_path):
-    from spark.traces import landings, load_traces
+    from kproxy_spark.traces import landings, load_traces
 
     scenario = torn_scenario()
     scenario.events = [e for e in scenario.events if e["api"] != "fetch"]

@@ -98,8 +98,8 @@ def analyze(history: str, traces: str | None, out: str, master: str, isolation: 
         click.echo(f"error: {problem}", err=True)
         sys.exit(EXIT_USAGE)
     try:
-        from spark.jobs import InputError, analyze as run_analysis
-        from spark.report import format_summary, exit_code
+        from kproxy_spark.jobs import InputError, analyze as run_analysis
+        from kproxy_spark.report import format_summary, exit_code
     except ImportError as exc:  # present (checked above) but broken
         click.echo(f"error: the analysis dependencies do not import: {exc}; reinstall them: "
                    f"pip install --force-reinstall 'kproxy[analysis]'", err=True)

@@ -234,7 +234,7 @@ def run_shrink(config: ShrinkConfig, *, spark: Any = None, say: Callable[[str], 
         bootstrap, stop_broker = embedded.bootstrap, embedded.stop
     try:
         if spark is None:
-            from spark.session import get_session
+            from kproxy_spark.session import get_session
 
             say("starting Spark, shared by every candidate's analysis")
             spark = get_session(quick_start=True)

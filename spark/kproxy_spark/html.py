@@ -21,7 +21,7 @@ matplotlib.use("Agg")  # no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from spark.report import explain  # noqa: E402
+from kproxy_spark.report import explain  # noqa: E402
 
 NS = 1e9
 TIME_FIELDS = ("time", "send_time", "seen_time")  # history clock, ns
@@ -163,7 +163,7 @@ _CAUSE_COLOURS = {"rule": "#c1121f", "broker": "#457b9d", "client": "#e9c46a", "
 def causes_plot(report: Mapping[str, Any]) -> str | None:
     """Error-level cases per class, stacked by who caused them: each rule,
     the broker on its own, the client, nothing found."""
-    from spark.attribution import by_cause
+    from kproxy_spark.attribution import by_cause
 
     grouped = by_cause(report.get("stats", {}).get("causes", {}), report.get("errors", ()))
     if not grouped:

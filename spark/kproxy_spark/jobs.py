@@ -27,7 +27,7 @@ if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
     sys.path.insert(0, str(Path(_here).parent))
 
-from spark.report import EXIT_INTERNAL, EXIT_USAGE, build_report, describe_jobs, exit_code, format_summary, write_json
+from kproxy_spark.report import EXIT_INTERNAL, EXIT_USAGE, build_report, describe_jobs, exit_code, format_summary, write_json
 
 Progress = Callable[[str], None]
 
@@ -100,11 +100,11 @@ def analyze(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    from spark.checks import allowed_anomalies, cases_of, summary, summary_counts, unseen_series
-    from spark.checks.kernel import UNSEEN_BUCKET_NS
-    from spark.checks.keypass import run_pass
-    from spark.history import load_history
-    from spark.report import history_timeline, history_totals, read_timeline
+    from kproxy_spark.checks import allowed_anomalies, cases_of, summary, summary_counts, unseen_series
+    from kproxy_spark.checks.kernel import UNSEEN_BUCKET_NS
+    from kproxy_spark.checks.keypass import run_pass
+    from kproxy_spark.history import load_history
+    from kproxy_spark.report import history_timeline, history_totals, read_timeline
 
     started = time.monotonic()
     phases: dict[str, float] = {}
@@ -127,12 +127,12 @@ def analyze(
     input_bytes = _input_bytes(history_path, traces_dir)
     if spark is None:
         step(f"starting Spark ({master})")
-        from spark.session import get_session
+        from kproxy_spark.session import get_session
 
         spark = get_session(master, quick_start=input_bytes < QUICK_START_BYTES)
         phases["spark_start"] = round(time.monotonic() - started, 3)
     jobs = JobCounter(spark)
-    from spark.session import size_for_input, storage_level
+    from kproxy_spark.session import size_for_input, storage_level
 
     size_for_input(spark, input_bytes, QUICK_START_BYTES)
     # Parsed once: the statistics, the pass and the wire job all read the
@@ -157,8 +157,8 @@ def analyze(
         return cases_of(result), unseen_series(result, UNSEEN_BUCKET_NS), result.micro_ops
 
     def wire() -> tuple[dict, dict]:
-        from spark.traces import load_traces
-        from spark.wire import read_wire_rows, wire_frame
+        from kproxy_spark.traces import load_traces
+        from kproxy_spark.wire import read_wire_rows, wire_frame
 
         traces = load_traces(spark, traces_dir).cache()
         cached.append(traces)
@@ -187,8 +187,8 @@ def analyze(
     if names is not None:
         stats["names"] = names
     stats.update(wire_stats)
-    from spark.attribution import attribute_run
-    from spark.report import INFORMATIONAL
+    from kproxy_spark.attribution import attribute_run
+    from kproxy_spark.report import INFORMATIONAL
 
     attribute_run(history_cases, wire_cases, INFORMATIONAL)
 
@@ -196,7 +196,7 @@ def analyze(
                           allowed=allowed_anomalies(subscribe=subscribe, ww_deps=ww_deps))
     step("rendering report.html")
     rendering = time.monotonic()
-    from spark.html import write_html
+    from kproxy_spark.html import write_html
 
     write_html(report, str(out / "report.html"))
     phases["render"] = round(time.monotonic() - rendering, 3)

@@ -94,7 +94,7 @@ def cause_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     checks whose cases carry a `cause` (spark.attribution: one label each), or
     else `causes` (spark.checks.causes: a case may count under several, and
     one with none counts as `unexplained`)."""
-    from spark.attribution import label
+    from kproxy_spark.attribution import label
 
     counted: dict[str, int] = {}
     for case in cases:
@@ -222,7 +222,7 @@ def why(report: Mapping[str, Any], width: int = 100) -> list[str]:
 def cause_lines(report: Mapping[str, Any], width: int = 100) -> list[str]:
     """What caused the error-level cases, rules first, then the broker on
     its own, the client, and what nothing explains; then what each rule did."""
-    from spark.attribution import by_cause
+    from kproxy_spark.attribution import by_cause
 
     lines: list[str] = []
     grouped = by_cause(report.get("stats", {}).get("causes", {}), report.get("errors", ()))

@@ -15,8 +15,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from spark.history import flatten_mops, key_partitions, sends
-from spark.traces import (
+from kproxy_spark.history import flatten_mops, key_partitions, sends
+from kproxy_spark.traces import (
     END_TXN_ATTRIBUTION,
     EXCHANGE,
     end_txns,

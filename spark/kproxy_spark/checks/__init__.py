@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from spark.checks.causes import CAUSES
-from spark.checks.cycles import cycle_checks
-from spark.checks.kernel import KEY_CHECKS
-from spark.checks.keypass import PassResult, run_pass, version_orders
-from spark.checks.abort_position import POSITIONS
-from spark.checks.summary import summary, summary_counts
-from spark.checks.visibility import running_unseen
+from kproxy_spark.checks.causes import CAUSES
+from kproxy_spark.checks.cycles import cycle_checks
+from kproxy_spark.checks.kernel import KEY_CHECKS
+from kproxy_spark.checks.keypass import PassResult, run_pass, version_orders
+from kproxy_spark.checks.abort_position import POSITIONS
+from kproxy_spark.checks.summary import summary, summary_counts
+from kproxy_spark.checks.visibility import running_unseen
 
 #: Every name history_checks returns (the cycle classes' *-cycle-exists and
 #: cycle-search-incomplete only when the search bound was hit).

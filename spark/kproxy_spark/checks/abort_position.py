@@ -10,8 +10,8 @@ committed transaction already consumed.
 
 from __future__ import annotations
 
-from spark.checks.contiguity import Segment
-from spark.checks.keyview import KeyView
+from kproxy_spark.checks.contiguity import Segment
+from kproxy_spark.checks.keyview import KeyView
 
 POSITIONS = ("advance", "rewind", "rewind-further")
 

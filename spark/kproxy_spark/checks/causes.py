@@ -27,7 +27,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 
-from spark.checks.keyview import Event, KeyView
+from kproxy_spark.checks.keyview import Event, KeyView
 
 CAUSES = ("read-in-aborted-txn", "aborted-writes", "reassigned")
 

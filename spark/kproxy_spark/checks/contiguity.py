@@ -14,7 +14,7 @@ from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 
-from spark.checks.keyview import Event, KeyView
+from kproxy_spark.checks.keyview import Event, KeyView
 
 #: How many skipped values a case lists to explain itself; the delta says how many there were.
 MAX_SKIPPED_LISTED = 16

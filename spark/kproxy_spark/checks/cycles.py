@@ -25,7 +25,7 @@ from typing import NamedTuple
 import networkx as nx
 import numpy as np
 
-from spark.checks.keyview import KeyView
+from kproxy_spark.checks.keyview import KeyView
 
 #: The driver refuses to search more candidate edges (those left after
 #: ``prune``) than this; it then reports which cycle classes are

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from spark.checks.abort_position import abort_positions
-from spark.checks.causes import with_causes
-from spark.checks.contiguity import (
+from kproxy_spark.checks.abort_position import abort_positions
+from kproxy_spark.checks.causes import with_causes
+from kproxy_spark.checks.contiguity import (
     internal_poll_pairs,
     internal_send_pairs,
     nonmonotonic,
@@ -23,11 +23,11 @@ from spark.checks.contiguity import (
     send_pairs,
     skips,
 )
-from spark.checks.cycles import Edge, key_edges
-from spark.checks.keyview import Event, KeyView
-from spark.checks.membership import Membership
-from spark.checks.orders import duplicates, inconsistent_offsets
-from spark.checks.visibility import aborted_reads, lost_writes, precommitted_reads, unseen, unseen_deltas
+from kproxy_spark.checks.cycles import Edge, key_edges
+from kproxy_spark.checks.keyview import Event, KeyView
+from kproxy_spark.checks.membership import Membership
+from kproxy_spark.checks.orders import duplicates, inconsistent_offsets
+from kproxy_spark.checks.visibility import aborted_reads, lost_writes, precommitted_reads, unseen, unseen_deltas
 
 #: The per-key anomalies, in report order, with the field each is ordered by.
 KEY_CHECKS = {

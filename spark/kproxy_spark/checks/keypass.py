@@ -31,12 +31,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark.checks.cycles import Edge
-from spark.checks.kernel import KEY_CHECKS, UNSEEN_BUCKET_NS, check_key
-from spark.checks.keyview import Event
-from spark.checks.membership import Membership, collect_membership, is_reassignment
-from spark.history import DATA_FS, flatten_mops
-from spark.session import storage_level
+from kproxy_spark.checks.cycles import Edge
+from kproxy_spark.checks.kernel import KEY_CHECKS, UNSEEN_BUCKET_NS, check_key
+from kproxy_spark.checks.keyview import Event
+from kproxy_spark.checks.membership import Membership, collect_membership, is_reassignment
+from kproxy_spark.history import DATA_FS, flatten_mops
+from kproxy_spark.session import storage_level
 
 _LONG_ARRAY = "array<long>"
 
@@ -287,7 +287,7 @@ def version_orders(ops: DataFrame) -> DataFrame:
     def per_key(table):  # noqa: ANN001, ANN202
         import pyarrow as pa
 
-        from spark.checks.keyview import KeyView
+        from kproxy_spark.checks.keyview import KeyView
 
         key = table.column("key")[0].as_py()
         vo = KeyView(key, _events_of(table), ordered=True).vo

@@ -21,7 +21,7 @@ from collections import defaultdict
 from functools import cached_property
 from typing import NamedTuple
 
-from spark.checks.membership import Membership
+from kproxy_spark.checks.membership import Membership
 
 
 class Event(NamedTuple):

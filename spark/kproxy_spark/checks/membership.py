@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark.history import MEMBERSHIP_FS
+from kproxy_spark.history import MEMBERSHIP_FS
 
 
 def is_reassignment() -> Column:

@@ -5,7 +5,7 @@ The version order itself is built by spark.checks.keyview.KeyView.
 
 from __future__ import annotations
 
-from spark.checks.keyview import KeyView
+from kproxy_spark.checks.keyview import KeyView
 
 
 def inconsistent_offsets(view: KeyView) -> list[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from spark.checks.keyview import KeyView
+from kproxy_spark.checks.keyview import KeyView
 
 
 def aborted_reads(view: KeyView) -> list[dict]:
