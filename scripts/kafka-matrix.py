@@ -25,7 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The checkout's kproxy (repository root) and kproxy_spark (spark/).
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "spark")]
 
 from kproxy.demo import run_demo  # noqa: E402
 from kproxy.faults.kafka_errors import error_name  # noqa: E402

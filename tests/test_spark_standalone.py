@@ -47,13 +47,14 @@ def anomalous_scenario() -> Scenario:
 
 
 def analysis_zip(path: Path) -> Path:
-    """The --py-files archive: the kproxy and spark packages, as
-    `zip -r kproxy-analysis.zip kproxy spark` in docs/analysis.md makes it."""
+    """The --py-files archive: the kproxy and kproxy_spark packages at its
+    top level, as docs/analysis.md's two `zip -r` commands make it (kproxy
+    from the repository root, kproxy_spark from spark/)."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for package in ("kproxy", "spark"):
-            for source in sorted((ROOT / package).rglob("*")):
+        for base, package in ((ROOT, "kproxy"), (ROOT / "spark", "kproxy_spark")):
+            for source in sorted((base / package).rglob("*")):
                 if source.is_file() and "__pycache__" not in source.parts:
-                    archive.write(source, source.relative_to(ROOT))
+                    archive.write(source, source.relative_to(base))
     return path
 
 

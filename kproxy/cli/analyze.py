@@ -6,7 +6,7 @@ import sys
 
 import click
 
-# Kept in step with spark.report (importing it here would pull in Spark for `--help`).
+# Kept in step with kproxy_spark.report (importing it here would pull in Spark for `--help`).
 EXIT_VALID, EXIT_INVALID, EXIT_USAGE, EXIT_INTERNAL, EXIT_UNKNOWN = 0, 1, 2, 3, 4
 
 EPILOG = """\b

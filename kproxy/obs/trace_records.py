@@ -7,7 +7,7 @@ in place (kproxy.protocol.batch_scan): per partition the offsets, error codes
 and aborted-transactions list, the header of every record batch, and the raw
 batches, which `store(bytes) -> (file name, offset)` appends to the trace's
 side file. The event's `records` stay null; readers decode them from the side
-file (kproxy.obs.trace_files, spark/traces.py). Nothing here decompresses.
+file (kproxy.obs.trace_files, spark/kproxy_spark/traces.py). Nothing here decompresses.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What caused each case: a rule, the broker, the client, or nothing found.
 
 Runs on the driver over the collected cases and the wire's per-value facts
-(spark.wire.value_facts). Every case of a class that can make a history
+(kproxy_spark.wire.value_facts). Every case of a class that can make a history
 invalid gets one ``cause``; the informational wire tables get one when a rule
 stands behind them. A cause names a rule only when the trace shows the
 rule's action on the case's causal path: the EndTxn or Produce it held,
@@ -9,7 +9,7 @@ copied or delayed decided the value's fate, or the Fetch response it
 rewrote is what served or hid the value (the broker's own response, traced
 beside the rewritten one, would not have). What the broker's own responses
 did is diagnosed from the protocol's definitions (docs/analysis.md,
-"Causes"). The client's part comes from the history (spark.checks.causes).
+"Causes"). The client's part comes from the history (kproxy_spark.checks.causes).
 
 ``cause`` is a dict: by (rule | broker | client | unexplained), name (the
 fact or diagnosis), rule (when by is rule), at (where on the wire), text.
@@ -81,7 +81,7 @@ _CLIENT_TEXT = {
 
 
 class Facts:
-    """spark.wire.value_facts rows by (key, value)."""
+    """kproxy_spark.wire.value_facts rows by (key, value)."""
 
     def __init__(self, rows: Iterable[Mapping[str, Any]]) -> None:
         self.by_value: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)

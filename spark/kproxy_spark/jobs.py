@@ -1,12 +1,14 @@
 """The analysis job: read a history (and traces), run every check, write
 report.json and report.html.
 
-Run it with `kproxy analyze`, or on a cluster:
+Run it with `kproxy analyze`, `python -m kproxy_spark.jobs`, or on a cluster
+through the entry script beside this package (docs/analysis.md):
 
-    spark-submit --master spark://host:7077 --py-files kproxy.zip \\
+    spark-submit --master spark://host:7077 --py-files kproxy-analysis.zip \\
         spark/jobs.py --history H --traces D --out O
 
-It only wires input and output; the checks live in spark.checks and spark.wire.
+It only wires input and output; the checks live in kproxy_spark.checks and
+kproxy_spark.wire.
 """
 
 from __future__ import annotations
@@ -18,14 +20,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-if __name__ == "__main__":
-    # spark-submit runs this file as a script, which puts spark/ first on the
-    # path: spark/html.py would then shadow the standard `html` module. Put
-    # the repository root there instead so `spark.*` imports as a package.
-    _here = str(Path(__file__).resolve().parent)
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-    sys.path.insert(0, str(Path(_here).parent))
 
 from kproxy_spark.report import EXIT_INTERNAL, EXIT_USAGE, build_report, describe_jobs, exit_code, format_summary, write_json
 

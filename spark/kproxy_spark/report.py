@@ -91,14 +91,14 @@ def collect_cases(cases: Iterable[Any], limit: int = MAX_CASES) -> tuple[list[di
 
 def cause_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Cases per cause over every case (not only the first MAX_CASES), for
-    checks whose cases carry a `cause` (spark.attribution: one label each), or
-    else `causes` (spark.checks.causes: a case may count under several, and
+    checks whose cases carry a `cause` (kproxy_spark.attribution: one label each), or
+    else `causes` (kproxy_spark.checks.causes: a case may count under several, and
     one with none counts as `unexplained`)."""
     from kproxy_spark.attribution import label
 
     counted: dict[str, int] = {}
     for case in cases:
-        if "cause" in case:  # spark.attribution's one cause
+        if "cause" in case:  # kproxy_spark.attribution's one cause
             name = label(case["cause"])
             counted[name] = counted.get(name, 0) + 1
             continue
@@ -150,7 +150,7 @@ def build_report(
 
     history_cases / wire_cases: anomaly name -> cases (list of
     dicts). `allowed`: names tolerated for this run (e.g. poll-skip with
-    subscribe; spark.checks.allowed_anomalies). stats: plain numbers and
+    subscribe; kproxy_spark.checks.allowed_anomalies). stats: plain numbers and
     tables; keys the report reads: final_reads (bool), completed_ops (int).
     """
     anomalies: dict[str, list[dict]] = {}
@@ -288,7 +288,7 @@ def write_json(report: Mapping[str, Any], path: str) -> None:
 
 def history_totals(summary_rows: Iterable[Any]) -> dict:
     """What the analysis needs to know of the history as a whole, from
-    spark.checks.summary's rows: ops, completed, start (first time),
+    kproxy_spark.checks.summary's rows: ops, completed, start (first time),
     subscribe, last_write_invoke (index), outcome_span (first and last time of
     completed send/txn ops, or None)."""
     rows = list(summary_rows)

@@ -4,7 +4,7 @@
 `wire_frame` unions them with the wire statistics into one frame, collected
 in one job and read back by `read_wire_rows`.
 The individual checks take `sent` (history_sends(ops): every completed send
-micro-op) and the trace views of spark.traces, so each is computed once.
+micro-op) and the trace views of kproxy_spark.traces, so each is computed once.
 Every case carries `rules`: the fault rules its explanation points at, which
 is what `fault-impact` counts. docs/analysis.md describes each anomaly.
 """
@@ -41,7 +41,7 @@ WIRE_ANOMALIES = (
     "fault-impact",
 )
 
-#: The columns of spark.traces.fetched_records that the wire checks read.
+#: The columns of kproxy_spark.traces.fetched_records that the wire checks read.
 FETCHED_COLUMNS = (
     *EXCHANGE, "mono_ns", "client_id", "rule", "action", "topic", "partition", "offset", "key", "value",
     "key_long", "value_long", "control", "producer_id", "transactional", "last_stable_offset",
@@ -349,7 +349,7 @@ def _attempts_by_write(attempts: DataFrame) -> DataFrame:
 
 def spurious_offsets(sent: DataFrame, attempts: DataFrame) -> DataFrame:
     """Sends the client reported at an offset while every traced Produce of
-    that write (`attempts`: spark.traces.produce_attempts) was answered with
+    that write (`attempts`: kproxy_spark.traces.produce_attempts) was answered with
     an error."""
     reported = sent.where(F.col("offset").isNotNull() & F.col("type").isin("ok", "info"))
     answers = _attempts_by_write(attempts)
@@ -370,7 +370,7 @@ def spurious_offsets(sent: DataFrame, attempts: DataFrame) -> DataFrame:
 
 def ambiguous_errors(sent: DataFrame, attempts: DataFrame, fetched: DataFrame) -> DataFrame:
     """Writes whose every Produce was answered with an error, yet which a
-    Fetch (`fetched`: spark.traces.fetched_records) later returned: the
+    Fetch (`fetched`: kproxy_spark.traces.fetched_records) later returned: the
     error did not mean "not written"."""
     answers = _attempts_by_write(attempts).where((F.col("any_error") == 1) & (F.col("any_ok") == 0))
     reads = fetched.where(F.col("control").isNull()).groupBy(
@@ -636,7 +636,7 @@ def left_out_records(fetched: DataFrame, log: DataFrame) -> DataFrame:
     ))
 
 
-#: What the driver needs to tie a history case to the wire (spark.attribution):
+#: What the driver needs to tie a history case to the wire (kproxy_spark.attribution):
 #: per written (key, value), every wire fact that explains why a client saw
 #: it, missed it or saw its fate differ from what it was told.
 VALUE_FACT_COLUMNS = ("key", "value", "fact", "rule", "topic", "partition", "offset", "conn_id", "correlation_id",
@@ -644,7 +644,7 @@ VALUE_FACT_COLUMNS = ("key", "value", "fact", "rule", "topic", "partition", "off
 
 
 def value_facts(fetched: DataFrame, log: DataFrame, removed: DataFrame) -> DataFrame:
-    """Rows (VALUE_FACT_COLUMNS) of the facts spark.attribution reads:
+    """Rows (VALUE_FACT_COLUMNS) of the facts kproxy_spark.attribution reads:
 
     * ``stale-end-txn``: the EndTxn that decided the record was stale (rule:
       the rule that delivered it), detail its fate;
@@ -862,7 +862,7 @@ def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
     """wire_frame's collected rows -> (cases by check, in report order; the stats they give).
 
     The cases keep ``~rule-touches``, ``~rule-writes`` and ``~value-facts``
-    for spark.attribution, which ties cases to their causes and builds
+    for kproxy_spark.attribution, which ties cases to their causes and builds
     ``fault-impact``."""
     import orjson
 
@@ -888,7 +888,7 @@ def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
 def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
                 cached: list[DataFrame] | None = None) -> dict[str, DataFrame]:
     """Every wire anomaly: name -> cases. `isolation` says how to tell
-    read_committed fetches (see spark.traces.fetched_records). The frames
+    read_committed fetches (see kproxy_spark.traces.fetched_records). The frames
     cached here are appended to `cached`, for the caller to release: analyses
     that share a session must not clear each other's caches."""
     # Every check reads these; cached, each is computed once inside the job

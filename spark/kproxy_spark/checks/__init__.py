@@ -2,7 +2,7 @@
 
 ``history_checks(ops)`` maps each anomaly name (Jepsen's names) to the list
 of its cases (dicts); an empty list means none were found. The per-key
-checks run in one grouped pass (spark.checks.keypass); the cycle search runs
+checks run in one grouped pass (kproxy_spark.checks.keypass); the cycle search runs
 on the driver over what that pass's edges leave after pruning. See
 docs/analysis-checks.md for each definition.
 """

@@ -73,7 +73,7 @@ def _between(index: dict[int, tuple[list[int], list[Event]]], process: int, low:
 def with_causes(view: KeyView, cases: list[dict], skip: bool) -> list[dict]:
     """Add reassigns, aborted_txns, causes and an explanation to poll-skip
     (skip=True) or nonmonotonic-poll (skip=False) cases (as built by
-    spark.checks.contiguity from poll_pairs)."""
+    kproxy_spark.checks.contiguity from poll_pairs)."""
     aborted_reads = _by_process([e for e in view.polled if e.f == "txn" and e.type == "fail"])
     kept = _by_process(view.kept)
     for case in cases:

@@ -3,7 +3,7 @@
 This is what runs inside the grouped pass: ``check_key`` builds the key's
 ``KeyView`` once and asks each check for its cases, the key's part of the
 dependency graph and its unseen-writes series. Pure Python, no Spark, so the
-same function is called by the Spark pass (spark.checks.keypass) and can be
+same function is called by the Spark pass (kproxy_spark.checks.keypass) and can be
 exercised directly.
 """
 

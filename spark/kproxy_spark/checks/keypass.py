@@ -2,7 +2,7 @@
 
 Every Kafka queue check except the dependency cycles is per key, so the
 history is partitioned by key once and each key's rows go through
-spark.checks.kernel.check_key in one ``groupBy("key").applyInArrow`` call.
+kproxy_spark.checks.kernel.check_key in one ``groupBy("key").applyInArrow`` call.
 Its output is one frame of every check's cases (a ``check`` column and the
 case as JSON), the keys' dependency edges and their unseen-writes series,
 collected once. What crosses keys is computed before the pass, per
@@ -13,7 +13,7 @@ operation, as columns of its rows:
 
 Each process's membership changes (poll-skip's reset, ``subscribed``) are
 few: they are collected first and broadcast to every key
-(spark.checks.membership).
+(kproxy_spark.checks.membership).
 
 An ``info`` send proven committed by a read of another key is settled
 after the pass (``run_pass``).

@@ -1,6 +1,6 @@
 """One key's history, in the shapes every per-key check reads.
 
-The grouped pass (spark.checks.keypass) hands each check the rows of one key
+The grouped pass (kproxy_spark.checks.keypass) hands each check the rows of one key
 at a time: the completed send micro-ops and polled records on that key, and
 the membership changes that kept it. ``KeyView`` builds, once per key, what
 Jepsen's queue checker derives from them: the version order (which value
@@ -12,7 +12,7 @@ Jepsen trusts every offset/value pair a poll returned, but a send's offset
 only when the send must have committed: it was acknowledged (``ok``), or it
 is ``info`` and some acknowledged poll read one of its values, on any key:
 a view sees the reads of its own key, and is told of the info operations
-other keys proved (``proven_elsewhere``; see spark.checks.keypass).
+other keys proved (``proven_elsewhere``; see kproxy_spark.checks.keypass).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class KeyView:
         """``ordered``: the events already come ordered by (index, mop_index,
         pos). ``proven_elsewhere``: info operations an acknowledged read of
         another key proved committed. ``membership``: every process's
-        membership changes (spark.checks.membership)."""
+        membership changes (kproxy_spark.checks.membership)."""
         self.key = key
         self.membership = membership or Membership()
         ordered = events if ordered else sorted(events, key=lambda e: (e.index, e.mop_index, e.pos))

@@ -1,6 +1,6 @@
 """Anomalies visible in a key's version order alone: inconsistent-offsets and duplicate.
 
-The version order itself is built by spark.checks.keyview.KeyView.
+The version order itself is built by kproxy_spark.checks.keyview.KeyView.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 def summary(ops: DataFrame) -> DataFrame:
     """Per (f, type): ops, first/last time, last index. One aggregation over
     the operations; their values are not parsed here (the per-key pass counts
-    the micro-ops, see spark.checks.keypass)."""
+    the micro-ops, see kproxy_spark.checks.keypass)."""
     return ops.groupBy("f", "type").agg(
         F.count(F.lit(1)).alias("ops"),
         F.min("time").alias("first_time"),
