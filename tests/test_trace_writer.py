@@ -17,6 +17,7 @@ from kproxy.obs import metrics
 from kproxy.obs.trace import TraceWriter, trace_file_name
 from kproxy.obs.trace_files import TraceFileError, iter_trace_events, trace_files
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
+from kproxy.obs.trace_segments import SegmentFile
 
 
 def trace_events_total(outcome: str) -> float:
@@ -378,8 +379,8 @@ import signal, sys, trio
 from pathlib import Path
 from kproxy.obs.trace import TraceWriter
 
-async def main(directory):
-    writer = TraceWriter(Path(directory), proxy_id="child", rotate_bytes=64 * 1024, queue_size=512)
+async def main(directory, fmt):
+    writer = TraceWriter(Path(directory), proxy_id="child", rotate_bytes=64 * 1024, queue_size=512, fmt=fmt)
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.run)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -401,13 +402,13 @@ async def main(directory):
         await writer.aclose()
     print("accepted", writer.accepted, flush=True)
 
-trio.run(main, sys.argv[1])
+trio.run(main, sys.argv[1], sys.argv[2])
 """
 
 
-def start_child(directory: Path) -> subprocess.Popen:
+def start_child(directory: Path, fmt: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(directory)],
+        [sys.executable, "-c", CHILD, str(directory), fmt],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -426,8 +427,9 @@ def wait_until_written(child: subprocess.Popen, at_least: int) -> int:
     raise AssertionError(f"child exited early: {child.stderr.read() if child.stderr else ''}")
 
 
-def test_a_killed_process_leaves_traces_readable_up_to_the_last_flushed_event(tmp_path: Path) -> None:
-    child = start_child(tmp_path)
+@pytest.mark.parametrize("fmt", ["segments", "jsonl"])
+def test_a_killed_process_leaves_traces_readable_up_to_the_last_flushed_event(tmp_path: Path, fmt: str) -> None:
+    child = start_child(tmp_path, fmt)
     try:
         flushed = wait_until_written(child, 20_000)
         child.send_signal(signal.SIGKILL)
@@ -442,8 +444,9 @@ def test_a_killed_process_leaves_traces_readable_up_to_the_last_flushed_event(tm
     assert seqs == list(range(len(seqs)))  # a gapless prefix: nothing before the kill is missing
 
 
-def test_sigterm_loses_nothing_accepted(tmp_path: Path) -> None:
-    child = start_child(tmp_path)
+@pytest.mark.parametrize("fmt", ["segments", "jsonl"])
+def test_sigterm_loses_nothing_accepted(tmp_path: Path, fmt: str) -> None:
+    child = start_child(tmp_path, fmt)
     try:
         wait_until_written(child, 20_000)
         child.send_signal(signal.SIGTERM)
@@ -456,7 +459,10 @@ def test_sigterm_loses_nothing_accepted(tmp_path: Path) -> None:
     seqs = [e["correlation_id"] for e in iter_trace_events(tmp_path)]
     assert seqs == list(range(accepted))
     for path in trace_files(tmp_path):
-        assert path.read_bytes().endswith(b"\n")  # a clean shutdown leaves no torn line
+        if fmt == "jsonl":
+            assert path.read_bytes().endswith(b"\n")  # a clean shutdown leaves no torn line
+        else:
+            assert SegmentFile(path).torn == 0
 
 
 def _fetch_event(i: int, version: int = 12, size: int = 20_000, fill: int | None = None) -> bytes:

@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "rules": ("kproxy.cli.rules", "rules", "Validate rule files, export their JSON Schema, manage a running proxy's rules."),
     "workload": ("kproxy.cli.workload", "workload", "Run a Jepsen-style queue workload with real clients and write its history."),
     "history": ("kproxy.cli.history", "history", "Work with client histories (import Jepsen EDN histories)."),
+    "trace": ("kproxy.cli.trace", "trace", "Work with trace files (export them as JSON Lines for jq)."),
     "analyze": ("kproxy.cli.analyze", "analyze", "Check a history (and traces) with Spark; write report.json and report.html."),
     "soak": ("kproxy.cli.soak", "soak", "Soak a proxy under load and rotating faults; check every request's outcome."),
     "demo": ("kproxy.cli.demo", "demo", "Broker, proxy, scenario rules, workload and analysis in one command."),

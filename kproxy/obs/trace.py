@@ -44,12 +44,14 @@ import trio
 
 from kproxy.obs import metrics
 from kproxy.obs.trace_records import RawLedger, RawPartitions
-from kproxy.obs.trace_schema import SCHEMA_VERSION
+from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
+from kproxy.obs.trace_segments import SUFFIX as SEGMENT_SUFFIX
+from kproxy.obs.trace_segments import encode_rows_checked, file_header
 
 log = logging.getLogger(__name__)
 
 Level = Literal["headers", "records"]
-Format = Literal["jsonl", "parquet"]
+Format = Literal["segments", "jsonl", "parquet"]
 OnFull = Literal["block", "drop"]
 
 MiB = 1024 * 1024
@@ -63,6 +65,11 @@ _PROXY_ID = re.compile(r"^[A-Za-z0-9._]+(?:-[A-Za-z0-9._]+)*$")
 # waits long behind serialisation.
 _MAX_BATCH = 512
 
+_VERSION = FIELD_NAMES.index("schema_version")
+_PROXY = FIELD_NAMES.index("proxy_id")
+_PARTITIONS = FIELD_NAMES.index("partitions")
+_UPSTREAM = FIELD_NAMES.index("upstream_partitions")
+
 
 class TraceWriterError(RuntimeError):
     """The writer's worker failed (e.g. the disk is full); no more events are accepted."""
@@ -71,7 +78,8 @@ class TraceWriterError(RuntimeError):
 def trace_file_name(proxy_id: str, started_wall: float, seq: int, fmt: Format) -> str:
     """`trace-<proxy_id>-<UTC yyyymmddThhmmss>-<seq>.<fmt>`; seq is zero-padded so names sort."""
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(started_wall))
-    return f"trace-{proxy_id}-{stamp}-{seq:06d}.{fmt}"
+    suffix = SEGMENT_SUFFIX if fmt == "segments" else f".{fmt}"
+    return f"trace-{proxy_id}-{stamp}-{seq:06d}{suffix}"
 
 
 def _json_default(value: Any) -> Any:
@@ -87,7 +95,12 @@ def _json_default(value: Any) -> Any:
 
 
 class _Sink:
-    """One output format: opens files lazily, writes batches, rotates."""
+    """One output format: opens files lazily, writes batches, rotates.
+
+    `rows`: whether `write()` takes rows (lists in trace_schema.EVENT order) rather than dicts.
+    """
+
+    rows = False
 
     def __init__(self, directory: Path, proxy_id: str, fmt: Format, rotate_bytes: int, rotate_seconds: float) -> None:
         self.directory = directory
@@ -116,7 +129,7 @@ class _Sink:
     def _first_free_seq(self) -> int:
         # A restarted proxy with the same id continues the sequence, so its
         # files never collide with (or sort before) the previous run's.
-        pattern = re.compile(rf"^trace-{re.escape(self.proxy_id)}-\d{{8}}T\d{{6}}-(\d+)\.(jsonl|parquet)$")
+        pattern = re.compile(rf"^trace-{re.escape(self.proxy_id)}-\d{{8}}T\d{{6}}-(\d+)\.(jsonl|parquet|events)$")
         seqs = [int(m.group(1)) for p in self.directory.iterdir() if (m := pattern.match(p.name))]
         return max(seqs, default=-1) + 1
 
@@ -242,6 +255,37 @@ class _JsonlSink(_Sink):
         self.size += size
 
 
+class _SegmentSink(_Sink):
+    """Fixed-layout columnar segments (kproxy/obs/trace_segments.py): one segment per flush batch."""
+
+    rows = True
+
+    def _open_file(self, path: Path) -> None:
+        # Unbuffered, like JSONL: each segment reaches the kernel in one write().
+        self._file = open(path, "xb", buffering=0)  # noqa: SIM115 - lives until rotation
+        header = file_header()
+        self._file.write(header)
+        self.size = len(header)
+
+    def _close_file(self) -> None:
+        self._file.close()
+
+    def write(self, events: list[list]) -> int:
+        # A batch is cut so that a file ends near rotate_bytes: ~100 bytes per
+        # header-level event, far more with partitions; encode, then check.
+        segment, kept = encode_rows_checked(events)
+        if not kept:
+            return 0
+        self.ensure_open()
+        self.flush_side()
+        data = memoryview(segment)
+        while data:
+            n = self._file.write(data)
+            data = data[n:]
+        self.size += len(segment)
+        return kept
+
+
 class _ParquetSink(_Sink):
     def __init__(self, *args: Any) -> None:
         import pyarrow as pa
@@ -315,8 +359,8 @@ class TraceWriter:
     ) -> None:
         if level not in ("headers", "records"):
             raise ValueError(f"trace level must be 'headers' or 'records', not {level!r}")
-        if fmt not in ("jsonl", "parquet"):
-            raise ValueError(f"trace format must be 'jsonl' or 'parquet', not {fmt!r}")
+        if fmt not in ("segments", "jsonl", "parquet"):
+            raise ValueError(f"trace format must be 'segments', 'jsonl' or 'parquet', not {fmt!r}")
         if on_full not in ("block", "drop"):
             raise ValueError(f"on_full must be 'block' or 'drop', not {on_full!r}")
         if not _PROXY_ID.match(proxy_id):
@@ -339,7 +383,7 @@ class TraceWriter:
         self.close_timeout = close_timeout
 
         self.directory.mkdir(parents=True, exist_ok=True)
-        sink_type = _ParquetSink if fmt == "parquet" else _JsonlSink
+        sink_type = {"segments": _SegmentSink, "jsonl": _JsonlSink, "parquet": _ParquetSink}[fmt]
         self._sink: _Sink = sink_type(self.directory, proxy_id, fmt, rotate_bytes, rotate_seconds)
 
         self._queue: deque[dict] = deque()
@@ -530,6 +574,8 @@ class TraceWriter:
     def _write_queued(self) -> None:
         queue = self._queue
         strip_records = self.level == "headers"
+        as_rows = self._sink.rows
+        names = FIELD_NAMES
         while queue:
             batch = []
             for _ in range(min(len(queue), _MAX_BATCH)):
@@ -538,17 +584,35 @@ class TraceWriter:
                     event = self._build(event)
                     if event is None:
                         continue
-                if "schema_version" not in event:
-                    event["schema_version"] = SCHEMA_VERSION
-                if "proxy_id" not in event:
-                    event["proxy_id"] = self.proxy_id
-                partitions = event.get("partitions")
-                if partitions is not None:
-                    if strip_records:
-                        event["partitions"] = None
-                        event["upstream_partitions"] = None
-                    elif isinstance(partitions, RawPartitions):
-                        event["partitions"] = self._resolve(partitions)
+                if type(event) is dict:
+                    if as_rows:
+                        event = [event.get(name) for name in names]
+                elif not as_rows:
+                    event = dict(zip(names, event))
+                if as_rows:
+                    if event[_VERSION] is None:
+                        event[_VERSION] = SCHEMA_VERSION
+                    if event[_PROXY] is None:
+                        event[_PROXY] = self.proxy_id
+                    partitions = event[_PARTITIONS]
+                    if partitions is not None:
+                        if strip_records:
+                            event[_PARTITIONS] = None
+                            event[_UPSTREAM] = None
+                        elif isinstance(partitions, RawPartitions):
+                            event[_PARTITIONS] = self._resolve(partitions)
+                else:
+                    if event.get("schema_version") is None:
+                        event["schema_version"] = SCHEMA_VERSION
+                    if event.get("proxy_id") is None:
+                        event["proxy_id"] = self.proxy_id
+                    partitions = event.get("partitions")
+                    if partitions is not None:
+                        if strip_records:
+                            event["partitions"] = None
+                            event["upstream_partitions"] = None
+                        elif isinstance(partitions, RawPartitions):
+                            event["partitions"] = self._resolve(partitions)
                 batch.append(event)
             written = self._sink.write(batch)
             self.written += written

@@ -11,6 +11,11 @@ them into each partition's `records`, as version-2 events carried them. A
 reference past the end of its side file is corruption and raises (the writer
 hands side bytes to the kernel before the line that references them).
 
+Segment files (`.events`, the default format; kproxy.obs.trace_segments)
+are read up to their last complete segment: a kill mid-write leaves a torn
+tail, skipped with a warning; a complete segment that fails its checksum is
+corruption and raises.
+
 A proxy killed mid-write can leave a JSONL file whose last line is torn (no
 final newline): that line is skipped. Any other unparsable line is corruption
 and raises. A Parquet file without its footer (the writer was killed before it
@@ -30,7 +35,7 @@ import orjson
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^trace-(?P<proxy>.+)-(?P<stamp>\d{8}T\d{6})-(?P<seq>\d+)\.(?P<fmt>jsonl|parquet)$")
+_NAME = re.compile(r"^trace-(?P<proxy>.+)-(?P<stamp>\d{8}T\d{6})-(?P<seq>\d+)\.(?P<fmt>jsonl|parquet|events)$")
 
 
 class TraceFileError(ValueError):
@@ -45,10 +50,11 @@ def _order_key(path: Path) -> tuple:
 
 
 def trace_files(directory: Path | str) -> list[Path]:
-    """Every trace file (`trace-*.jsonl`, `trace-*.parquet`) in `directory`, in order."""
+    """Every trace file (`trace-*.events`, `trace-*.jsonl`, `trace-*.parquet`) in `directory`, in order."""
     directory = Path(directory)
     found = [
-        p for p in directory.iterdir() if p.is_file() and p.name.startswith("trace-") and p.suffix in (".jsonl", ".parquet")
+        p for p in directory.iterdir()
+        if p.is_file() and p.name.startswith("trace-") and p.suffix in (".events", ".jsonl", ".parquet")
     ]
     return sorted(found, key=_order_key)
 
@@ -86,6 +92,25 @@ def iter_parquet_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
         yield from batch.to_pylist()
 
 
+def iter_file_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
+    """Events of one trace file of any format, without side records."""
+    if path.suffix == ".parquet":
+        return iter_parquet_events(path, strict=strict)
+    if path.suffix == ".events":
+        return iter_events_file(path)
+    return iter_jsonl_events(path)
+
+
+def iter_events_file(path: Path) -> Iterator[dict]:
+    """Events of one segment file, up to its last complete segment."""
+    from kproxy.obs.trace_segments import SegmentError, iter_segment_events
+
+    try:
+        yield from iter_segment_events(path)
+    except SegmentError as exc:
+        raise TraceFileError(str(exc)) from exc
+
+
 def iter_trace_events(directory: Path | str, *, strict: bool = False, records: bool = True) -> Iterator[dict]:
     """Every event of every trace file in `directory`, files in `trace_files()` order.
 
@@ -95,7 +120,7 @@ def iter_trace_events(directory: Path | str, *, strict: bool = False, records: b
     sides = _SideFiles()
     try:
         for path in trace_files(directory):
-            events = iter_parquet_events(path, strict=strict) if path.suffix == ".parquet" else iter_jsonl_events(path)
+            events = iter_file_events(path, strict=strict)
             for event in events:
                 if records and event.get("partitions"):
                     fill_records(event, path.parent, sides)
@@ -136,3 +161,36 @@ def fill_records(event: dict, directory: Path, sides: _SideFiles) -> None:
         if name and part.get("records") is None:
             raw = sides.read(directory / name, part["records_offset"], part["records_length"])
             part["records"] = side_records(raw, event.get("api"), event.get("direction"), part)
+
+
+def export_jsonl(source: Path | str, out: Any, *, records: bool = True, compact: bool = False) -> int:
+    """Write the events of a trace directory or of one trace file to `out` (a binary stream) as JSON Lines.
+
+    Files in `trace_files()` order; with `records`, version-3 and later
+    partitions get their records decoded from the side files; with
+    `compact`, null fields are left out. Returns the number of events written.
+    """
+    source = Path(source)
+    if source.is_dir():
+        events = iter_trace_events(source, records=records)
+    else:
+        events = _file_events_with_records(source, records)
+    written = 0
+    dumps = orjson.dumps
+    for event in events:
+        if compact:
+            event = {k: v for k, v in event.items() if v is not None}
+        out.write(dumps(event) + b"\n")
+        written += 1
+    return written
+
+
+def _file_events_with_records(path: Path, records: bool) -> Iterator[dict]:
+    sides = _SideFiles()
+    try:
+        for event in iter_file_events(path, strict=True):
+            if records and event.get("partitions"):
+                fill_records(event, path.parent, sides)
+            yield event
+    finally:
+        sides.close()

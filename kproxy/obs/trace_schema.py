@@ -1,6 +1,7 @@
 """The trace event schema, defined once.
 
-The trace writer (kproxy.obs.trace) emits events with exactly these fields;
+The trace writer (kproxy.obs.trace) emits events with exactly these fields,
+in this order (a segment file's columns and the fast path's rows follow it);
 the Spark jobs (spark/) read traces with `spark_schema()`, built from the same
 definition. docs/traces.md describes each field. Bump SCHEMA_VERSION on any
 change that is not a pure addition of a nullable field.
@@ -15,10 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 3
-# Versions the readers still accept: 2 carried decoded records in the event,
-# 3 carries batch headers and points at the raw batches in a side file.
-READABLE_VERSIONS = (2, 3)
+SCHEMA_VERSION = 4
+# Versions the readers still accept: 1 had no close events, 2 carried decoded
+# records in the event, 3 carries batch headers and points at the raw batches
+# in a side file, 4 has 3's fields and adds the fixed-layout segment file
+# (kproxy/obs/trace_segments.py: columns in EVENT order, nested fields as
+# JSON text) beside JSON Lines and Parquet.
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,352 @@
+"""The fixed-layout trace format: columnar segments, packed with the standard library.
+
+Why not JSON Lines: a JSON line per event made the writer thread build a
+~30-key dict and serialise ~600 bytes for every frame (docs/performance.md,
+"Tracing cost"). Here the proxy hands over one row per event (a list in
+`trace_schema.EVENT` order) and the writer packs each flush batch column by
+column: numbers as machine arrays, strings as a per-segment dictionary plus
+int32 codes, nested fields (partitions, in-flight lists, error codes) as one
+JSON blob per cell. That is C-level work per column rather than Python work
+per field, and ~100 bytes per header-level event.
+
+Why not Arrow IPC or Parquet: pyarrow is a ~100 MB dependency of the
+analysis (the `analysis` extra), not of the proxy, and a Parquet file is
+unreadable until its footer is written. These segments need only `array`,
+`struct` and `zlib`, and every complete segment stays readable after a kill.
+The analysis converts them (`segment_to_arrow`) on its executors.
+
+File layout (little-endian):
+
+    magic  b"KPTRACE1"
+    u32    header length, then a JSON header:
+           {"format": "kproxy-trace-segments", "schema_version": N,
+            "columns": [[name, kind], ...]}
+    then segments, each written with one write() per flush batch:
+    magic  b"SEG1"
+    u32    payload length
+    u32    CRC-32 of the payload
+    payload: u32 row count, then one block per column in header order:
+      u8 tag: 0 every cell null (no data); 1 no null; 2 with nulls
+      kinds long/int/double/boolean ("q"/"i"/"d"/"b" arrays):
+          tag 2 first has one byte per row (1: present), then the values
+          (0 where null)
+      kind string: u32 dictionary size, u32 byte length of each entry,
+          the UTF-8 entries, then one int32 code per row (-1: null)
+      kind json: int32 byte length per row (-1: null), then the JSON texts
+
+Kinds come from `trace_schema.EVENT`: a field of an array or struct type is
+stored as its JSON text (the same text a JSONL trace holds for it).
+
+A reader reads segments in order and stops at a segment that runs past the
+end of the file (a kill between segments or mid-write): everything up to the
+last complete segment is readable. A complete segment whose checksum does not
+match is corruption, reported with the file and byte offset.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import struct
+import zlib
+from array import array
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from kproxy.obs.trace_schema import EVENT, SCHEMA_VERSION
+
+log = logging.getLogger(__name__)
+
+FORMAT = "kproxy-trace-segments"
+SUFFIX = ".events"
+FILE_MAGIC = b"KPTRACE1"
+SEGMENT_MAGIC = b"SEG1"
+_U32 = struct.Struct("<I")
+_SEGMENT_HEAD = struct.Struct("<4sII")
+_TYPECODE = {"long": "q", "int": "i", "double": "d", "boolean": "b"}
+# array typecode sizes are platform-defined; these must be the on-disk widths.
+assert array("q").itemsize == 8 and array("i").itemsize == 4 and array("d").itemsize == 8 and array("I").itemsize == 4
+
+
+class SegmentError(ValueError):
+    """A trace segment file is corrupt (beyond a torn last segment)."""
+
+
+def column_kind(field_type: Any) -> str:
+    return field_type if isinstance(field_type, str) else "json"
+
+
+COLUMNS: tuple[tuple[str, str], ...] = tuple((f.name, column_kind(f.type)) for f in EVENT)
+
+
+def file_header(schema_version: int = SCHEMA_VERSION, columns: Sequence[tuple[str, str]] = COLUMNS) -> bytes:
+    header = orjson.dumps({"format": FORMAT, "schema_version": schema_version, "columns": [list(c) for c in columns]})
+    return FILE_MAGIC + _U32.pack(len(header)) + header
+
+
+def _json_default(value: Any) -> Any:
+    # Keys and values are text or "b64:..." by schema (docs/traces.md).
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "b64:" + base64.b64encode(raw).decode("ascii")
+    raise TypeError(f"not serialisable in a trace: {type(value).__name__}")
+
+
+def _text(value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _json_default(value).encode("utf-8")
+    raise TypeError(f"a string field holds a {type(value).__name__}")
+
+
+def _json_cell(value: Any, dumps: Any = orjson.dumps) -> bytes | None:
+    if value is None:
+        return None
+    if not value and type(value) is list:
+        return b"[]"  # error_codes of almost every response
+    try:
+        return dumps(value)
+    except TypeError:
+        return dumps(value, default=_json_default)
+
+
+def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> None:
+    # Each branch does C-level passes over the column (array(), map(),
+    # dict.fromkeys()); Python-level work per cell only where it must.
+    if kind == "string":
+        entries = dict.fromkeys(cells)
+        if None in entries:
+            if len(entries) == 1:
+                out.append(b"\x00")
+                return
+            del entries[None]
+        index = {value: i for i, value in enumerate(entries)}
+        index[None] = -1
+        texts = [_text(value) for value in entries]
+        out.append(b"\x01")
+        out.append(_U32.pack(len(texts)))
+        out.append(array("I", map(len, texts)).tobytes())
+        out.append(b"".join(texts))
+        out.append(array("i", map(index.__getitem__, cells)).tobytes())
+        return
+    if kind == "json":
+        if cells.count(None) == len(cells):
+            out.append(b"\x00")
+            return
+        blobs = list(map(_json_cell, cells))
+        out.append(b"\x01")
+        out.append(array("i", [-1 if b is None else len(b) for b in blobs]).tobytes())
+        out.append(b"".join([b for b in blobs if b is not None]))
+        return
+    code = _TYPECODE[kind]
+    try:
+        values = array(code, cells)
+    except TypeError:
+        if any(c is not None and type(c) is not bool and not isinstance(c, (int, float)) for c in cells):
+            raise
+        nulls = cells.count(None)
+        if nulls == len(cells):
+            out.append(b"\x00")
+            return
+        out.append(b"\x02")
+        out.append(bytes([c is not None for c in cells]))
+        out.append(array(code, [0 if c is None else c for c in cells]).tobytes())
+        return
+    out.append(b"\x01")
+    out.append(values.tobytes())
+
+
+def encode_segment(rows: Sequence[Sequence[Any]], columns: Sequence[tuple[str, str]] = COLUMNS) -> bytes:
+    """One segment (magic, length, checksum, payload) holding `rows`, each a sequence in `columns` order.
+
+    Raises TypeError, ValueError or OverflowError when a cell does not fit its column.
+    """
+    out = [_U32.pack(len(rows))]
+    if rows:
+        for (_, kind), cells in zip(columns, zip(*rows), strict=True):
+            _encode_column(kind, cells, out)
+    payload = b"".join(out)
+    return _SEGMENT_HEAD.pack(SEGMENT_MAGIC, len(payload), zlib.crc32(payload)) + payload
+
+
+def encode_rows_checked(rows: list[list[Any]], columns: Sequence[tuple[str, str]] = COLUMNS) -> tuple[bytes, int]:
+    """Encode a batch; a row that does not fit is logged and left out. Returns (segment, rows kept)."""
+    try:
+        return encode_segment(rows, columns), len(rows)
+    except (TypeError, ValueError, OverflowError):
+        good = []
+        for row in rows:
+            try:
+                encode_segment([row], columns)
+            except (TypeError, ValueError, OverflowError) as exc:
+                log.error("trace event dropped, does not fit the schema: %s", exc)
+            else:
+                good.append(row)
+        return (encode_segment(good, columns), len(good)) if good else (b"", 0)
+
+
+# ---- reading ----------------------------------------------------------------
+
+
+class SegmentFile:
+    """A segment trace file opened for reading: its header and the (offset, length) of each complete segment."""
+
+    def __init__(self, path: Path | str, data: bytes | None = None) -> None:
+        self.path = Path(path)
+        self.data = self.path.read_bytes() if data is None else data
+        self.torn = 0  # bytes after the last complete segment (a kill mid-write)
+        data = self.data
+        if len(data) < len(FILE_MAGIC) + 4:
+            # A kill right after the file was created: nothing was written yet.
+            if FILE_MAGIC.startswith(data[: len(FILE_MAGIC)]):
+                self.schema_version, self.columns, self.segments, self.torn = SCHEMA_VERSION, COLUMNS, [], len(data)
+                return
+            raise SegmentError(f"{self.path}:0: not a kproxy trace segment file")
+        if data[: len(FILE_MAGIC)] != FILE_MAGIC:
+            raise SegmentError(f"{self.path}:0: not a kproxy trace segment file (bad magic)")
+        (size,) = _U32.unpack_from(data, len(FILE_MAGIC))
+        start = len(FILE_MAGIC) + 4
+        if start + size > len(data):
+            self.schema_version, self.columns, self.segments, self.torn = SCHEMA_VERSION, COLUMNS, [], len(data)
+            return
+        try:
+            header = orjson.loads(data[start : start + size])
+            if header.get("format") != FORMAT:
+                raise ValueError(f"format is {header.get('format')!r}")
+            self.schema_version = int(header["schema_version"])
+            self.columns = tuple((str(name), str(kind)) for name, kind in header["columns"])
+        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise SegmentError(f"{self.path}:{start}: bad trace segment header: {exc}") from exc
+        for name, kind in self.columns:
+            if kind not in ("string", "json", *_TYPECODE):
+                raise SegmentError(f"{self.path}:{start}: column {name!r} has unknown kind {kind!r}")
+        self.segments: list[tuple[int, int]] = []
+        pos = start + size
+        while pos < len(data):
+            if pos + _SEGMENT_HEAD.size > len(data):
+                break
+            magic, length, crc = _SEGMENT_HEAD.unpack_from(data, pos)
+            if magic != SEGMENT_MAGIC:
+                raise SegmentError(f"{self.path}:{pos}: expected a segment, found {magic!r}")
+            body = pos + _SEGMENT_HEAD.size
+            if body + length > len(data):
+                break
+            if zlib.crc32(memoryview(data)[body : body + length]) != crc:
+                raise SegmentError(f"{self.path}:{pos}: segment checksum mismatch")
+            self.segments.append((body, length))
+            pos = body + length
+        self.torn = len(data) - pos
+
+    def columns_of(self, index: int) -> tuple[int, list[list[Any]]]:
+        """Row count and the decoded cells of each column of one segment (JSON cells still as text)."""
+        offset, length = self.segments[index]
+        return decode_payload(memoryview(self.data)[offset : offset + length], self.columns, f"{self.path}:{offset}")
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Every event, as dicts keyed by field name (nested fields parsed)."""
+        names = [name for name, _ in self.columns]
+        kinds = [kind for _, kind in self.columns]
+        loads = orjson.loads
+        for i in range(len(self.segments)):
+            n, cols = self.columns_of(i)
+            for c, kind in enumerate(kinds):
+                if kind == "json":
+                    cols[c] = [None if v is None else loads(v) for v in cols[c]]
+                elif kind == "boolean":
+                    cols[c] = [None if v is None else bool(v) for v in cols[c]]
+            for row in zip(*cols):
+                yield dict(zip(names, row))
+
+
+def decode_payload(payload: memoryview, columns: Sequence[tuple[str, str]], where: str = "") -> tuple[int, list[list[Any]]]:
+    """Decode a segment payload into per-column lists (JSON cells as bytes, booleans as 0/1)."""
+    try:
+        (n,) = _U32.unpack_from(payload, 0)
+        pos = 4
+        out: list[list[Any]] = []
+        for _name, kind in columns:
+            tag = payload[pos]
+            pos += 1
+            if tag == 0:
+                out.append([None] * n)
+                continue
+            if tag not in (1, 2):
+                raise SegmentError(f"{where}: column {_name!r}: unknown block tag {tag}")
+            if kind == "string":
+                (size,) = _U32.unpack_from(payload, pos)
+                pos += 4
+                lengths = array("I")
+                lengths.frombytes(payload[pos : pos + 4 * size])
+                pos += 4 * size
+                texts = []
+                for length in lengths:
+                    texts.append(str(payload[pos : pos + length], "utf-8", "surrogatepass"))
+                    pos += length
+                codes = array("i")
+                codes.frombytes(payload[pos : pos + 4 * n])
+                pos += 4 * n
+                texts.append(None)  # code -1
+                out.append([texts[c] for c in codes])
+            elif kind == "json":
+                lengths = array("i")
+                lengths.frombytes(payload[pos : pos + 4 * n])
+                pos += 4 * n
+                cells: list[Any] = []
+                for length in lengths:
+                    if length < 0:
+                        cells.append(None)
+                    else:
+                        cells.append(bytes(payload[pos : pos + length]))
+                        pos += length
+                out.append(cells)
+            else:
+                code = _TYPECODE[kind]
+                valid = None
+                if tag == 2:
+                    valid = payload[pos : pos + n]
+                    pos += n
+                values = array(code)
+                width = values.itemsize
+                values.frombytes(payload[pos : pos + width * n])
+                pos += width * n
+                cells = values.tolist()
+                if valid is not None:
+                    cells = [v if ok else None for v, ok in zip(cells, valid)]
+                out.append(cells)
+        if pos != len(payload):
+            raise SegmentError(f"{where}: {len(payload) - pos} bytes left over after the last column")
+        return n, out
+    except (struct.error, ValueError, IndexError) as exc:
+        if isinstance(exc, SegmentError):
+            raise
+        raise SegmentError(f"{where}: malformed segment: {exc}") from exc
+
+
+def iter_segment_events(path: Path | str) -> Iterator[dict[str, Any]]:
+    """Events of one segment file, up to its last complete segment (a torn tail is skipped with a warning)."""
+    seg = SegmentFile(path)
+    if seg.torn:
+        log.warning("%s: skipping %d bytes after the last complete segment (killed mid-write?)", seg.path, seg.torn)
+    yield from seg.rows()
+
+
+def segment_to_arrow(seg: SegmentFile, index: int):  # noqa: ANN201 - pyarrow imported lazily (analysis extra)
+    """One segment as a flat pyarrow RecordBatch: nested fields as their JSON text (parse with the schema's types)."""
+    import pyarrow as pa
+
+    n, cols = seg.columns_of(index)
+    arrow_type = {"long": pa.int64(), "int": pa.int32(), "double": pa.float64(), "boolean": pa.bool_(),
+                  "string": pa.string(), "json": pa.string()}
+    arrays = []
+    for (_name, kind), cells in zip(seg.columns, cols):
+        if kind == "json":
+            cells = [None if c is None else c.decode("utf-8") for c in cells]
+        arrays.append(pa.array(cells, type=arrow_type[kind]))
+    return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in seg.columns])
