@@ -17,6 +17,7 @@ import pytest
 
 from kproxy.demo import run_demo
 from kproxy.obs.trace_files import iter_trace_events, trace_files
+from kproxy.obs.trace_schema import SCHEMA_VERSION
 from tests.test_trace_signals import FLUSHED_BEFORE_KILL_S, traced_producer
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
@@ -58,7 +59,7 @@ def test_demo_finds_and_attributes_the_torn_transaction_from_side_files(broker, 
     traces = out / "traces"
     assert [p.suffix for p in sorted(traces.iterdir()) if p.suffix == ".records"], "no side file written"
     on_disk = list(iter_trace_events(traces, records=False))
-    assert {e["schema_version"] for e in on_disk} == {3}
+    assert {e["schema_version"] for e in on_disk} == {SCHEMA_VERSION}
     with_batches = [p for e in on_disk if e["api"] in ("produce", "fetch") for p in e["partitions"] or ()
                     if p["records_file"]]
     assert with_batches and all(p["records"] is None and p["batches"] for p in with_batches)
