@@ -1,11 +1,15 @@
 """kproxy as users install it: a wheel built from this tree, installed into a
 fresh venv, run from a directory that is not the source tree.
 
-The default-suite tests install the wheel without the `analysis` extra (the
-base dependencies come from the pip cache in a few seconds): the shipped
-scenarios, `rules validate` on one of them, and the prerequisite checks that
-must fail at once, before any broker starts. The end-to-end demo from the
-wheel needs PySpark in the venv as well and is marked slow.
+One venv serves the whole file. The wheel goes in with --no-deps; its
+dependencies are the ones this test run already has installed: what the
+wheel's metadata requires, followed transitively, linked into a folder that
+a plain path line in a .pth file adds to the venv (a plain path line runs no
+.pth file, and nothing the wheel does not require is linked, so neither the
+checkout's editable install nor the test tools show through). The analysis
+extra's distributions are left out: the shipped scenarios, `rules validate`
+and the prerequisite checks that must fail at once run without them. For the
+end-to-end demo a second path line adds them, as installing the extra would.
 """
 
 from __future__ import annotations
@@ -17,9 +21,14 @@ import subprocess
 import sys
 import time
 import zipfile
+from collections.abc import Iterator
+from email.parser import Parser
+from importlib.metadata import Distribution, distribution
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the build reads; copied so that building leaves no build/ or egg-info in the tree.
@@ -54,17 +63,72 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def _fresh_venv(root: Path, requirement: str) -> Path:
-    venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
-    _pip("--python", str(venv / "bin" / "python"), "install", "-q", requirement)
-    return venv
+def _closure(requirements: list[str], extra: str = "") -> dict[str, Distribution]:
+    """The installed distributions that these requirements pull in, transitively."""
+    found: dict[str, Distribution] = {}
+    followed: set[tuple[str, str]] = set()
+    todo = [(Requirement(line), extra) for line in requirements]
+    while todo:
+        requirement, wanted = todo.pop()
+        if requirement.marker and not requirement.marker.evaluate({"extra": wanted}):
+            continue
+        name = canonicalize_name(requirement.name)
+        if name not in found:
+            found[name] = distribution(name)  # PackageNotFoundError: this run lacks a dependency of the wheel
+        dist = found[name]
+        for with_extra in requirement.extras | {""}:
+            if (name, with_extra) not in followed:
+                followed.add((name, with_extra))
+                todo += [(Requirement(line), with_extra) for line in dist.requires or ()]
+    return found
+
+
+def _entries(dists: dict[str, Distribution]) -> set[Path]:
+    """Their top-level site-packages entries (packages, modules, .dist-info), from their RECORDs."""
+    return {Path(dist.locate_file(f.parts[0])) for dist in dists.values() for f in dist.files
+            if f.parts[0] not in ("..", "__pycache__")}
+
+
+def _view(folder: Path, entries: set[Path]) -> Path:
+    """A folder of links to installed site-packages entries."""
+    folder.mkdir()
+    for entry in entries:
+        if entry.exists():
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+def _site_packages(venv: Path) -> Path:
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    return site
 
 
 @pytest.fixture(scope="module")
 def base_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel with its default dependencies only: no analysis extra."""
-    return _fresh_venv(tmp_path_factory.mktemp("base-venv"), str(wheel))
+    """The wheel in a fresh venv, with what its metadata requires and without the analysis extra."""
+    root = tmp_path_factory.mktemp("wheel-venv")
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = Parser().parsestr(archive.read(metadata).decode()).get_all("Requires-Dist") or []
+    base = _entries(_closure(requires))
+    _view(root / "deps", base)
+    _view(root / "analysis-deps", _entries(_closure(requires, "analysis")) - base)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    _pip("--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", str(wheel))
+    (_site_packages(venv) / "kproxy-test-deps.pth").write_text(f"{root / 'deps'}\n")
+    return venv
+
+
+@pytest.fixture
+def with_analysis(base_venv: Path) -> Iterator[Path]:
+    """The venv with the analysis extra's distributions as well, for one test."""
+    line = _site_packages(base_venv) / "kproxy-test-analysis.pth"
+    line.write_text(f"{base_venv.parent / 'analysis-deps'}\n")
+    try:
+        yield base_venv
+    finally:
+        line.unlink()
 
 
 def _run(venv: Path, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60):
@@ -150,25 +214,43 @@ def test_demo_without_java_stops_at_once_naming_java(base_venv: Path, tmp_path: 
     assert list(tmp_path.iterdir()) == []
 
 
+def _origins(venv: Path, cwd: Path) -> dict[str, str]:
+    code = ("import json, kproxy, kproxy_spark, pyspark; "
+            "print(json.dumps({m.__name__: m.__file__ for m in (kproxy, kproxy_spark, pyspark)}))")
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", code], cwd=cwd, env=_clean_env(),
+                          capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(600)  # a broker, the proxy, a 5 s workload and the analysis's JVM on a loaded machine
+def test_demo_from_the_wheel_writes_its_report_under_the_current_directory(with_analysis: Path, tmp_path: Path) -> None:
+    venv = with_analysis
+    origins = _origins(venv, tmp_path)
+    # The code under test is the wheel's, not the checkout's; only the dependencies come from outside.
+    assert Path(origins["kproxy"]).is_relative_to(venv), origins
+    assert Path(origins["kproxy_spark"]).is_relative_to(venv), origins
+    assert not Path(origins["pyspark"]).is_relative_to(ROOT), origins
+    done, _ = _run(venv, "demo", "--scenario", "healthy", "--duration", "5", "--no-progress", cwd=tmp_path,
+                   timeout=480)
+    assert done.returncode in (0, 1), done.stdout + done.stderr  # 1: anomalies found, the demo worked
+    (out,) = (tmp_path / "demo-out").iterdir()
+    report = json.loads((out / "report.json").read_text())
+    assert report["valid"] in (True, False, "unknown") and isinstance(report["counts"], dict)
+    assert (out / "report.html").stat().st_size > 0
+    assert report["broker"]["started_by_kproxy"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo-out"], "the demo wrote outside the current directory"
+
+
 @pytest.mark.slow
 @pytest.mark.spark
-@pytest.mark.timeout(900)  # installing PySpark, a demo and a second analysis, each with its own JVM
-def test_demo_from_the_wheel_writes_its_report_under_the_current_directory(wheel: Path, tmp_path: Path) -> None:
-    venv = _fresh_venv(tmp_path, f"{wheel}[analysis]")
-    run_dir = tmp_path / "elsewhere"
-    run_dir.mkdir()
-    done, _ = _run(venv, "demo", "--scenario", "healthy", "--duration", "5", "--no-progress", cwd=run_dir, timeout=600)
-    assert done.returncode in (0, 1), done.stdout + done.stderr  # 1: anomalies found, the demo worked
-    (out,) = (run_dir / "demo-out").iterdir()
-    report = json.loads((out / "report.json").read_text())
-    assert "valid" in report and (out / "report.html").is_file()
-    assert report["broker"]["started_by_kproxy"] is True
-    # The analysis on its own, from the installed package, with paths relative to where it runs.
-    run = out.relative_to(run_dir)
-    done, _ = _run(venv, "analyze", "--history", str(run / "history.jsonl"), "--traces", str(run / "traces"),
-                   "--out", "again", "--quiet", cwd=run_dir, timeout=600)
-    assert done.returncode in (0, 1), done.stderr
-    assert json.loads((run_dir / "again" / "report.json").read_text())["valid"] == report["valid"]
+@pytest.mark.timeout(600)
+def test_analyze_from_the_wheel_reads_paths_relative_to_where_it_runs(with_analysis: Path, tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "tests" / "data" / "recorded" / "noida-torn-transaction", tmp_path / "run")
+    done, _ = _run(with_analysis, "analyze", "--history", "run/history.jsonl", "--traces", "run/traces",
+                   "--out", "report", "--quiet", cwd=tmp_path, timeout=480)
+    assert done.returncode == 1, done.stdout + done.stderr  # the recorded torn transaction is found
+    assert json.loads((tmp_path / "report" / "report.json").read_text())["valid"] is False
 
 
 def test_the_image_build_gets_every_folder_the_package_build_reads() -> None:
