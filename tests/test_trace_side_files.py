@@ -4,7 +4,7 @@ At level `records` the proxy writes batch headers and raw batches (side
 files) and decodes nothing; Spark decodes them on the executors. The demo's
 torn transaction must be found and attributed from such a trace as from a
 version-2 one, and a trace whose proxy was SIGKILLed mid-run must be read
-by the analysis up to its last complete line.
+by the analysis up to its last complete segment.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from kproxy.demo import run_demo
 from kproxy.obs.trace_files import iter_trace_events, trace_files
 from kproxy.obs.trace_schema import SCHEMA_VERSION
+from kproxy.obs.trace_segments import SegmentFile
 from tests.test_trace_signals import FLUSHED_BEFORE_KILL_S, traced_producer
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
@@ -68,7 +69,7 @@ def test_demo_finds_and_attributes_the_torn_transaction_from_side_files(broker, 
     assert _spark_records(spark, traces) == _python_records(traces)
 
 
-def test_analysis_reads_a_sigkilled_proxys_trace_up_to_its_last_line(proxy_factory, broker, spark, tmp_path: Path,
+def test_analysis_reads_a_sigkilled_proxys_trace_up_to_its_last_segment(proxy_factory, broker, spark, tmp_path: Path,
                                                                       topic_name: str) -> None:
     proxy, producer, traces = traced_producer(proxy_factory, broker, tmp_path, topic_name)
     producer.wait_for_deliveries(100)
@@ -77,10 +78,11 @@ def test_analysis_reads_a_sigkilled_proxys_trace_up_to_its_last_line(proxy_facto
     assert proxy.stop(signal.SIGKILL) == -signal.SIGKILL
     producer.stop()
     (trace_file,) = trace_files(traces)
-    # Tear the last line and leave half a batch behind the side file's end, as a kill mid-write does.
+    assert trace_file.suffix == ".events"
+    # Tear the last segment and leave half a batch behind the side file's end, as a kill mid-write does.
     data = trace_file.read_bytes()
-    complete = data[: data.rindex(b"\n") + 1]
-    trace_file.write_bytes(complete + complete[-40:-10])
+    offset, length = SegmentFile(trace_file).segments[-1]
+    trace_file.write_bytes(data + data[offset - 12 : offset + length // 2])
     side = trace_file.with_suffix(".records")
     side.write_bytes(side.read_bytes() + b"\x00\x00\x00\x00\x00\x00\x00\x09\x00\x00\x03")
 
@@ -90,3 +92,10 @@ def test_analysis_reads_a_sigkilled_proxys_trace_up_to_its_last_line(proxy_facto
     settled = [d for d in producer.delivered if d.seen_at < killed_at - FLUSHED_BEFORE_KILL_S]
     assert len(settled) >= 100
     assert [d for d in settled if acknowledged.get(d.offset) != d.value] == []
+
+    # A damaged complete segment fails the analysis, naming the file and offset: never read as valid.
+    damaged = bytearray(trace_file.read_bytes())
+    damaged[offset + 5] ^= 0x55
+    trace_file.write_bytes(bytes(damaged))
+    with pytest.raises(Exception, match=f"{trace_file.name}:{offset - 12}: segment checksum mismatch"):
+        _spark_records(spark, traces)

@@ -3,7 +3,8 @@
 A confluent-kafka producer sends continuously through a `records`-level
 proxy. A SIGKILL mid-run must leave a trace that reads back up to the last
 flushed event: no exception, well-formed events, no hole before the end, and
-a torn last line skipped. A SIGTERM mid-run must lose nothing: every produce
+a torn last line skipped (JSON Lines here; segment files in
+tests/test_trace_segments.py). A SIGTERM mid-run must lose nothing: every produce
 the client saw acknowledged is in the trace, and the writer's own count of
 written events is what a reader finds.
 """
@@ -22,6 +23,7 @@ import pytest
 
 from kproxy.obs.trace_files import TraceFileError, iter_trace_events, trace_files
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
+from kproxy.obs.trace_segments import SegmentFile
 from kproxy.proxy_process import ProxyProcess
 from tests.fixtures.broker import create_topic
 
@@ -128,10 +130,10 @@ def check_well_formed(events: list[dict]) -> None:
 
 
 def traced_producer(proxy_factory: Callable[..., ProxyProcess], broker, tmp_path: Path,
-                    topic: str) -> tuple[ProxyProcess, ContinuousProducer, Path]:
+                    topic: str, fmt: str = "segments") -> tuple[ProxyProcess, ContinuousProducer, Path]:
     create_topic(broker.bootstrap, topic, 1)
     traces = tmp_path / "traces"
-    proxy = proxy_factory("--traces", str(traces), "--trace-level", "records")
+    proxy = proxy_factory("--traces", str(traces), "--trace-level", "records", "--trace-format", fmt)
     producer = ContinuousProducer(proxy.bootstrap, topic)
     producer.start()
     return proxy, producer, traces
@@ -139,7 +141,8 @@ def traced_producer(proxy_factory: Callable[..., ProxyProcess], broker, tmp_path
 
 def test_sigkill_leaves_a_trace_readable_up_to_the_last_flushed_event(
         proxy_factory, broker, tmp_path: Path, topic_name: str) -> None:
-    proxy, producer, traces = traced_producer(proxy_factory, broker, tmp_path, topic_name)
+    # JSON Lines here; tests/test_trace_segments.py and test_trace_side_files.py kill one writing segments.
+    proxy, producer, traces = traced_producer(proxy_factory, broker, tmp_path, topic_name, fmt="jsonl")
     producer.wait_for_deliveries(100)
     time.sleep(FLUSHED_BEFORE_KILL_S + 0.2)  # traffic keeps flowing; older reports are surely flushed
     killed_at = time.monotonic()
@@ -193,7 +196,7 @@ def test_sigterm_under_load_writes_every_event_the_client_saw(
     events = list(iter_trace_events(traces))
     check_well_formed(events)
     (trace_file,) = trace_files(traces)
-    assert trace_file.read_bytes().endswith(b"\n"), "a clean stop left a torn line"
+    assert trace_file.suffix == ".events" and SegmentFile(trace_file).torn == 0, "a clean stop left a torn segment"
     written = [int(n) for n in WRITTEN_LOG_LINE.findall(proxy.log_text())]
     assert written == [len(events)]
     traced = traced_produce_responses(events, topic_name)

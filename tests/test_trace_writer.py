@@ -123,7 +123,7 @@ def without_nulls(event: dict) -> dict:
 async def test_jsonl_round_trip_at_records_level(tmp_path: Path) -> None:
     events = [records_event(i) for i in range(50)]
     expected = orjson.loads(orjson.dumps(events))
-    writer = TraceWriter(tmp_path, level="records", proxy_id="rt")
+    writer = TraceWriter(tmp_path, level="records", fmt="jsonl", proxy_id="rt")
     await write_all(writer, events)
 
     got = list(iter_trace_events(tmp_path))
@@ -208,7 +208,7 @@ async def test_deferred_events_are_built_on_the_writer_thread_in_order(tmp_path:
 async def test_rotation_by_size_keeps_every_event_in_order(tmp_path: Path) -> None:
     events = [header_event(i) for i in range(300)]
     line_size = max(len(orjson.dumps(e | {"schema_version": 1, "proxy_id": "sz"})) + 1 for e in events)
-    writer = TraceWriter(tmp_path, proxy_id="sz", rotate_bytes=10 * line_size)
+    writer = TraceWriter(tmp_path, fmt="jsonl", proxy_id="sz", rotate_bytes=10 * line_size)
     await write_all(writer, events)
 
     files = trace_files(tmp_path)
@@ -241,12 +241,13 @@ async def test_restart_with_the_same_proxy_id_continues_the_sequence(tmp_path: P
     await write_all(TraceWriter(tmp_path, proxy_id="same"), [header_event(0)])
     await write_all(TraceWriter(tmp_path, proxy_id="same"), [header_event(1)])
     files = trace_files(tmp_path)
-    assert [p.name.rsplit("-", 1)[1] for p in files] == ["000000.jsonl", "000001.jsonl"]
+    assert [p.name.rsplit("-", 1)[1] for p in files] == ["000000.events", "000001.events"]
     assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == [0, 1]
 
 
 def test_file_names_carry_proxy_utc_time_and_sequence() -> None:
     assert trace_file_name("edge-1", 0.0, 3, "jsonl") == "trace-edge-1-19700101T000000-000003.jsonl"
+    assert trace_file_name("edge-1", 0.0, 3, "segments") == "trace-edge-1-19700101T000000-000003.events"
     with pytest.raises(ValueError):
         TraceWriter(Path("/nonexistent"), proxy_id="../escape")
 

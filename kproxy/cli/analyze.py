@@ -55,7 +55,7 @@ def _unreadable_history(history: str) -> str | None:
 @click.option("--history", "history", required=True, type=click.Path(dir_okay=False),
               help="Client history: JSON Lines of Jepsen-style operations (kproxy workload or kproxy history import).")
 @click.option("--traces", "traces", type=click.Path(file_okay=False), default=None,
-              help="Trace directory of the proxy (*.jsonl, *.parquet). Without it only the history checks run.")
+              help="Trace directory of the proxy (*.events, *.jsonl, *.parquet). Without it only the history checks run.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Output directory; report.json and report.html are written there.")
 @click.option("--master", default="local[*]", show_default=True,

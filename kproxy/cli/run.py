@@ -62,7 +62,7 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 @click.option("--trace-level", type=click.Choice(["headers", "records"]), default="headers", show_default=True,
               help="headers: one event per frame with headers, sizes, errors, txn numbers and faults; "
                    "records: also the keys, values and offsets of Produce and Fetch.")
-@click.option("--trace-format", type=click.Choice(["segments", "jsonl", "parquet"]), default="jsonl", show_default=True,
+@click.option("--trace-format", type=click.Choice(["segments", "jsonl", "parquet"]), default="segments", show_default=True,
               help="Trace file format: segments (fixed-layout columnar segments, the cheapest to write; "
                    "read them with `kproxy trace export`), jsonl (one JSON event a line) or parquet (needs pyarrow).")
 @click.option("--trace-on-full", type=click.Choice(["block", "drop"]), default="block", show_default=True,

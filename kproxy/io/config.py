@@ -53,7 +53,7 @@ class ProxyConfig:
     fetch_leader_hints: bool = False  # offer Fetch v16+ (responses then held whole for the rewrite)
     traces_dir: Path | None = None
     trace_level: str = "headers"
-    trace_format: str = "jsonl"
+    trace_format: str = "segments"
     trace_on_full: str = "block"
     trace_rotate_bytes: int = 256 * 1024 * 1024
     trace_rotate_seconds: float = 3600.0

@@ -347,7 +347,7 @@ class TraceWriter:
         directory: Path,
         *,
         level: Level = "headers",
-        fmt: Format = "jsonl",
+        fmt: Format = "segments",
         rotate_bytes: int = 256 * MiB,
         rotate_seconds: float = 3600,
         queue_size: int = 65536,

@@ -151,6 +151,11 @@ def _spark_type(t: Any):  # noqa: ANN202 - pyspark imported lazily
     raise ValueError(f"unknown schema type {t!r}")
 
 
+def spark_type(t: Any):  # noqa: ANN201 - pyspark imported lazily
+    """The Spark type of one schema type (a field's `type`)."""
+    return _spark_type(t)
+
+
 def spark_schema():  # noqa: ANN201
     """The explicit Spark schema for reading traces."""
     return _spark_type(("struct", EVENT))

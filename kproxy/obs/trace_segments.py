@@ -348,5 +348,83 @@ def segment_to_arrow(seg: SegmentFile, index: int):  # noqa: ANN201 - pyarrow im
     for (_name, kind), cells in zip(seg.columns, cols):
         if kind == "json":
             cells = [None if c is None else c.decode("utf-8") for c in cells]
+        elif kind == "boolean":
+            cells = [None if c is None else bool(c) for c in cells]
         arrays.append(pa.array(cells, type=arrow_type[kind]))
     return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in seg.columns])
+
+
+def segment_index(path: Path | str) -> list[tuple[int, int]]:
+    """(offset, length) of each complete segment's payload, walking the segment heads only.
+
+    For the analysis's driver: it reads a few bytes per segment, and the
+    executors read, check and decode the payloads (`read_segment_arrow`).
+    A file cut short (killed proxy) ends at its last complete segment.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        f.seek(0)
+        head = f.read(len(FILE_MAGIC) + 4)
+        if len(head) < len(FILE_MAGIC) + 4:
+            if FILE_MAGIC.startswith(head[: len(FILE_MAGIC)]):
+                return []
+            raise SegmentError(f"{path}:0: not a kproxy trace segment file")
+        if head[: len(FILE_MAGIC)] != FILE_MAGIC:
+            raise SegmentError(f"{path}:0: not a kproxy trace segment file (bad magic)")
+        (header_size,) = _U32.unpack_from(head, len(FILE_MAGIC))
+        pos = len(head) + header_size
+        out = []
+        while pos + _SEGMENT_HEAD.size <= size:
+            f.seek(pos)
+            magic, length, _crc = _SEGMENT_HEAD.unpack(f.read(_SEGMENT_HEAD.size))
+            if magic != SEGMENT_MAGIC:
+                raise SegmentError(f"{path}:{pos}: expected a segment, found {magic!r}")
+            body = pos + _SEGMENT_HEAD.size
+            if body + length > size:
+                break
+            out.append((body, length))
+            pos = body + length
+        return out
+
+
+def read_segment_arrow(path: Path | str, offset: int, length: int, columns: Sequence[tuple[str, str]] = COLUMNS):  # noqa: ANN201
+    """One segment of a file as a flat pyarrow RecordBatch with exactly `columns` (by name; missing ones null).
+
+    Nested fields stay JSON text. Checks the segment's checksum: damage is a
+    SegmentError naming the file and the segment's offset.
+    """
+    import pyarrow as pa
+
+    path = Path(path)
+    start = offset - _SEGMENT_HEAD.size
+    with open(path, "rb") as f:
+        f.seek(start)
+        data = f.read(_SEGMENT_HEAD.size + length)
+        f.seek(0)
+        head = f.read(len(FILE_MAGIC) + 4)
+        (header_size,) = _U32.unpack_from(head, len(FILE_MAGIC))
+        header = orjson.loads(f.read(header_size))
+    magic, stored_length, crc = _SEGMENT_HEAD.unpack_from(data, 0)
+    payload = memoryview(data)[_SEGMENT_HEAD.size :]
+    if magic != SEGMENT_MAGIC or stored_length != length or len(payload) != length:
+        raise SegmentError(f"{path}:{start}: not the segment the index named")
+    if zlib.crc32(payload) != crc:
+        raise SegmentError(f"{path}:{start}: segment checksum mismatch")
+    file_columns = tuple((str(name), str(kind)) for name, kind in header["columns"])
+    n, cols = decode_payload(payload, file_columns, f"{path}:{start}")
+    by_name = dict(zip((name for name, _ in file_columns), cols))
+    arrow_type = {"long": pa.int64(), "int": pa.int32(), "double": pa.float64(), "boolean": pa.bool_(),
+                  "string": pa.string(), "json": pa.string()}
+    arrays = []
+    for name, kind in columns:
+        cells = by_name.get(name)
+        if cells is None:
+            arrays.append(pa.nulls(n, type=arrow_type[kind]))
+            continue
+        if kind == "json":
+            cells = [None if c is None else c.decode("utf-8") for c in cells]
+        elif kind == "boolean":
+            cells = [None if c is None else bool(c) for c in cells]
+        arrays.append(pa.array(cells, type=arrow_type[kind]))
+    return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in columns])

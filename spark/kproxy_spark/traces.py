@@ -28,7 +28,7 @@ def _files(directory: Path, suffix: str) -> list[str]:
 
 
 def load_traces(spark: SparkSession, directory: str | Path) -> DataFrame:
-    """Every trace event in `directory` (JSONL and/or Parquet, rotated files included)."""
+    """Every trace event in `directory` (segments, JSONL and/or Parquet, rotated files included)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"trace directory not found: {directory}")
@@ -43,10 +43,14 @@ def load_traces(spark: SparkSession, directory: str | Path) -> DataFrame:
     parquet = _files(directory, ".parquet")
     if parquet:
         frames.append(spark.read.schema(schema).parquet(*parquet))
+    segments = _files(directory, ".events")
+    if segments:
+        frames.append(load_segments(spark, segments))
     if not frames:
         return spark.createDataFrame([], schema)
     # Side files are named relative to the event file that references them.
-    frames = [frame.withColumn(_SOURCE, F.input_file_name()) for frame in frames]
+    frames = [frame if _SOURCE in frame.columns else frame.withColumn(_SOURCE, F.input_file_name())
+              for frame in frames]
     traces = frames[0]
     for frame in frames[1:]:
         traces = traces.unionByName(frame)
@@ -56,6 +60,52 @@ def load_traces(spark: SparkSession, directory: str | Path) -> DataFrame:
 
 _SOURCE = "_trace_file"
 
+# Segments per task when reading segment files: one segment is one flush
+# batch of the writer (up to 512 events), so a task gets a few thousand events.
+_SEGMENTS_PER_TASK = 16
+
+
+def _segment_batches(index_batches):  # noqa: ANN001, ANN202 - runs on the executors (mapInArrow)
+    import pyarrow as pa
+
+    from kproxy.obs.trace_segments import read_segment_arrow
+
+    for index in index_batches:
+        for path, offset, length in zip(*(index.column(c).to_pylist() for c in ("path", "offset", "length"))):
+            batch = read_segment_arrow(path, offset, length)
+            yield batch.append_column(_SOURCE, pa.array([path] * batch.num_rows, pa.string()))
+
+
+def load_segments(spark: SparkSession, files: list[str]) -> DataFrame:
+    """Events of segment trace files (kproxy/obs/trace_segments.py), read and decoded on the executors.
+
+    The driver only walks segment heads to list (file, offset, length); the
+    executors read each segment, check its checksum and turn it into Arrow
+    (nested fields as JSON text), and Spark parses the nested fields with the
+    schema's own types. A file cut short by a killed proxy ends at its last
+    complete segment; a damaged segment fails the analysis, naming the file
+    and offset.
+    """
+    from pyspark.sql import types as T
+
+    from kproxy.obs.trace_schema import EVENT, spark_type
+    from kproxy.obs.trace_segments import COLUMNS, segment_index
+
+    index = [(path, offset, length) for path in files for offset, length in segment_index(path)]
+    flat = T.StructType(
+        [T.StructField(f.name, T.StringType() if kind == "json" else spark_type(f.type), True)
+         for f, (_, kind) in zip(EVENT, COLUMNS, strict=True)]
+        + [T.StructField(_SOURCE, T.StringType(), True)]
+    )
+    if not index:
+        return spark.createDataFrame([], flat)
+    slices = max(1, -(-len(index) // _SEGMENTS_PER_TASK))
+    segments = spark.createDataFrame(index, "path string, offset long, length long").repartition(slices)
+    events = segments.mapInArrow(_segment_batches, flat)
+    return events.select(*[
+        F.from_json(f.name, spark_type(f.type)).alias(f.name) if kind == "json" else F.col(f.name)
+        for f, (_, kind) in zip(EVENT, COLUMNS, strict=True)
+    ], _SOURCE)
 
 def _decode_side_partitions(partitions, source, api, direction):  # noqa: ANN001, ANN202 - runs on the executors
     """A version-3 event's partitions with `records` decoded from the raw batches in its side file."""
