@@ -538,3 +538,28 @@ async def test_a_fetch_served_again_is_stored_once_per_side_file(tmp_path: Path)
     assert side.stat().st_size == spans[0][1] * 2
     values = [e["partitions"][0]["records"][0]["value"] for e in events]
     assert values == ["\x01" * size, "\x01" * size, "\x02" * size]
+
+
+async def test_a_fetch_cut_at_the_fetch_size_is_told_apart_by_its_tail(tmp_path: Path) -> None:
+    """Batches are fingerprinted by their headers' CRCs; the bytes of a cut batch, which no CRC covers, by a hash."""
+    from kproxy.obs.trace_records import DEDUPE_MIN_BYTES, FetchResponseRecords
+    from kproxy.protocol.codec import encode_response
+    from kproxy.protocol.records import Record, encode_batch, make_batch
+    from tests.test_response_rewrite import fetch_response
+
+    whole = encode_batch(make_batch([Record(offset=5, timestamp=1, key=None, value=b"\x01" * DEDUPE_MIN_BYTES)]))
+
+    def cut(fill: int) -> bytes:
+        nxt = encode_batch(make_batch([Record(offset=6, timestamp=1, key=None, value=bytes([fill]) * 500)]))
+        records = whole + nxt[:300]  # the next batch, cut at the fetch size
+        return encode_response(fetch_response(12, {"orders": [{"partition_index": 0, "high_watermark": 7,
+                                                                "records": records}]}), 1)
+
+    writer = TraceWriter(tmp_path, proxy_id="cut", level="records")
+    for corr, frame in enumerate([cut(1), cut(1), cut(2)]):
+        writer.offer(header_event(corr) | {"api": "fetch", "direction": "response",
+                                           "partitions": FetchResponseRecords(12, frame, None, writer.raw_ledger)})
+    await writer.aclose()
+    spans = [(e["partitions"][0]["records_offset"], e["partitions"][0]["records_length"])
+             for e in iter_trace_events(tmp_path, records=False)]
+    assert spans[0] == spans[1] and spans[2][0] == spans[0][0] + spans[0][1]

@@ -45,8 +45,9 @@ def _with_batches(
         view["records"] = []
         return
     start, end = span
+    crcs: list[int | None] | None = [] if dedupe and end - start >= DEDUPE_MIN_BYTES else None
     try:
-        batches = batch_scan.scan_batches(frame, start, end)
+        batches = batch_scan.scan_batches(frame, start, end, crcs)
     except batch_scan.ScanError as exc:
         log.debug("records of %s-%s not traced: %s", view["topic"], view["partition"], exc)
         return  # records stay null: not readable, as a v2 trace said
@@ -57,11 +58,20 @@ def _with_batches(
         return
     raw = memoryview(frame)[start:end]
     key = None
-    if dedupe and end - start >= DEDUPE_MIN_BYTES:
+    if crcs is not None:
         # The same bytes, not merely the same offsets: a log truncated and rewritten
         # (unclean leader election) serves other batches at the same offsets.
-        key = (view["topic"], view["partition"], batches[0]["base_offset"], end - start,
-               hashlib.blake2b(raw, digest_size=16).digest())
+        # Each batch header carries the CRC-32C of the rest of its batch: the
+        # scan reads it anyway, so only what no header covers is hashed (a
+        # batch cut at the fetch size, an old message set). Hashing every
+        # fetched byte took 40 % of a consuming proxy's CPU.
+        complete = crcs.pop()
+        if None in crcs:
+            fingerprint = hashlib.blake2b(raw, digest_size=16).digest()
+        else:
+            tail = raw[complete:]
+            fingerprint = (tuple(crcs), hashlib.blake2b(tail, digest_size=16).digest() if len(tail) else b"")
+        key = (view["topic"], view["partition"], batches[0]["base_offset"], end - start, fingerprint)
     name, offset = store(raw, key)
     view.update(records_file=name, records_offset=offset, records_length=end - start)
 

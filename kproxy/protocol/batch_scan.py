@@ -134,8 +134,15 @@ def _codec(attributes: int) -> str:
         return "unknown"
 
 
-def scan_batches(data: bytes | memoryview, start: int, end: int) -> list[dict[str, Any]]:
-    """The header of every complete magic-2 batch in data[start:end] (a truncated tail is skipped, as clients do)."""
+def scan_batches(
+    data: bytes | memoryview, start: int, end: int, crcs: list[int | None] | None = None
+) -> list[dict[str, Any]]:
+    """The header of every complete magic-2 batch in data[start:end] (a truncated tail is skipped, as clients do).
+
+    With `crcs`, appends each complete batch's CRC-32C from its header (None
+    for an older message set, which has none there), and returns with
+    `crcs` ending in the offset (from start) where the complete batches end.
+    """
     batches = []
     pos = start
     unpack = _BATCH_HEADER.unpack_from
@@ -147,7 +154,9 @@ def scan_batches(data: bytes | memoryview, start: int, end: int) -> list[dict[st
         if batch_end > end:
             break  # cut at the fetch size
         if data[pos + 16] == 2 and pos + BATCH_HEADER_SIZE <= batch_end:
-            (base_offset, _, _, _, _, attributes, last_delta, _, _, pid, epoch, seq, count) = unpack(data, pos)
+            (base_offset, _, _, _, crc, attributes, last_delta, _, _, pid, epoch, seq, count) = unpack(data, pos)
+            if crcs is not None:
+                crcs.append(crc)
             control = bool(attributes & _CONTROL)
             batches.append(
                 {
@@ -164,7 +173,11 @@ def scan_batches(data: bytes | memoryview, start: int, end: int) -> list[dict[st
                     "marker": _marker(data, pos + BATCH_HEADER_SIZE, batch_end) if control else None,
                 }
             )
+        elif crcs is not None:
+            crcs.append(None)
         pos = batch_end
+    if crcs is not None:
+        crcs.append(pos - start)
     return batches
 
 
