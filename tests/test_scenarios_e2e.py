@@ -94,6 +94,8 @@ def scenario_reports(broker, noida_broker, spark, tmp_path_factory) -> dict[str,
 def test_the_rule_free_run_attributes_nothing_to_any_rule(scenario_reports, kind):
     report = scenario_reports[_key(CONTROL, kind)]
     assert report["stats"].get("fault_impact", []) == []
+    assert report["broker"]["software"] == {"tansu": "tansu", "noida": "noida-db"}[kind]
+    assert report["broker"]["nodes"] == 1 and report["broker"]["started_by_kproxy"] is False
     causes = report["stats"].get("causes", {})
     assert not any(label.startswith("rule:") for by in causes.values() for label in by)
     # Every error-level case has a cause; what nothing explains yet is listed,
