@@ -49,6 +49,8 @@ def test_bench_measures_every_path(tmp_path) -> None:
         assert path["latency_ms"]["p50"] > 0, name
     assert set(result["proxy_vs_reference"]) == {"batched_produce", "consume", "unbatched_produce"}
     assert set(result["checks"]) == {"batched_produce", "consume", "unbatched_produce", "added_p99"}
+    assert all(result["paths"]["proxy"]["proxy_cpu_us_per_record"][w] > 0
+               for w in ("batched_produce", "consume", "unbatched_produce"))
     assert "kproxy throughput / haproxy throughput" in run.stdout
 
 
@@ -61,11 +63,11 @@ def test_reference_refuses_an_external_broker() -> None:
     assert "--reference" in run.stderr
 
 
-def _path(rates: list[float], latency_ms: float = 0.5) -> PathResult:
+def _path(rates: list[float], latency_ms: float = 0.5, cpu_s: list[float] | None = None) -> PathResult:
     result = PathResult()
-    for rate in rates:
+    for i, rate in enumerate(rates):
         for workload in THROUGHPUT_TARGETS:
-            result.add(workload, Sample(int(rate), int(rate) * 1024, 1.0))
+            result.add(workload, Sample(int(rate), int(rate) * 1024, 1.0), cpu_s[i] if cpu_s else None)
         result.add("latency", Sample(1, 100, 1.0, [latency_ms]))
     return result
 
@@ -88,6 +90,20 @@ def test_ratios_pair_each_round_so_broker_drift_cancels() -> None:
     assert out["paths"]["proxy+trace:headers"]["cost_vs_proxy"]["consume"] == pytest.approx(0.1)
     assert out["proxy_vs_reference"]["consume"] == pytest.approx(0.9)
     assert "median over rounds of each round's pair" in format_table(out)
+
+
+def test_tracing_cpu_cost_pairs_each_round_per_record() -> None:
+    # CPU per record: plain 1.0, 1.0, 2.0 us; traced 1.2, 1.0, 2.2 us -> pairs +20 %, 0 %, +10 %.
+    results = {
+        "direct": _path([100, 100, 100]),
+        "proxy": _path([100, 100, 100], cpu_s=[100e-6, 100e-6, 200e-6]),
+        "proxy+trace:records": _path([100, 100, 100], cpu_s=[120e-6, 100e-6, 220e-6]),
+    }
+    out = summarise(results, BenchConfig(), memory=None)
+    assert out["paths"]["proxy"]["proxy_cpu_us_per_record"]["consume"] == pytest.approx(1.0)
+    assert out["paths"]["proxy+trace:records"]["cpu_cost_vs_proxy"]["consume"] == pytest.approx(0.1)
+    assert "proxy_cpu_us_per_record" not in out["paths"]["direct"]
+    assert "proxy CPU per record vs the plain proxy (records): produce 1 KiB +10.0%" in format_table(out)
 
 
 def test_a_round_short_of_a_path_is_an_error_not_a_silent_pairing() -> None:

@@ -45,6 +45,9 @@ def format_table(result: dict[str, Any]) -> str:
         if "cost_vs_proxy" in paths[n]:
             cost = ", ".join(f"{LABELS[w].split(',')[0]} {c * 100:.1f}%" for w, c in paths[n]["cost_vs_proxy"].items())
             lines.append(f"tracing cost ({n.split(':')[1]}): {cost}")
+            if paths[n].get("cpu_cost_vs_proxy"):
+                cpu = ", ".join(f"{LABELS[w].split(',')[0]} {c * 100:+.1f}%" for w, c in paths[n]["cpu_cost_vs_proxy"].items())
+                lines.append(f"  proxy CPU per record vs the plain proxy ({n.split(':')[1]}): {cpu}")
     if "memory" in result:
         m = result["memory"]
         lines.append(

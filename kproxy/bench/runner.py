@@ -56,9 +56,22 @@ class BenchConfig:
 @dataclass
 class PathResult:
     samples: dict[str, list[workloads.Sample]] = field(default_factory=dict)
+    # kproxy paths: CPU seconds the proxy process (event loop and trace writer) spent per run.
+    cpu_s: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, workload: str, sample: workloads.Sample) -> None:
+    def add(self, workload: str, sample: workloads.Sample, cpu_s: float | None = None) -> None:
         self.samples.setdefault(workload, []).append(sample)
+        if cpu_s is not None:
+            self.cpu_s.setdefault(workload, []).append(cpu_s)
+
+    def cpu_us_per_record(self, workload: str) -> list[float]:
+        return [c / s.records * 1e6 if s.records else 0.0 for c, s in zip(self.cpu_s.get(workload, []), self.samples[workload])]
+
+    def paired_cpu_ratio(self, other: PathResult, workload: str) -> float | None:
+        """Median over rounds of this path's proxy CPU per record over `other`'s in the same round."""
+        mine, theirs = self.cpu_us_per_record(workload), other.cpu_us_per_record(workload)
+        pairs = [a / b for a, b in zip(mine, theirs, strict=True) if b > 0] if mine and theirs else []
+        return statistics.median(pairs) if pairs else None
 
     def median_rate(self, workload: str) -> float:
         return statistics.median(s.records_per_s for s in self.samples[workload])
@@ -159,6 +172,17 @@ def _environment(config: BenchConfig) -> Iterator[tuple[str, dict[str, Any]]]:
         yield bootstrap, proxies, references
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds a process has run, all its threads (scheduler nanoseconds: /proc/PID/stat counts 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that just ended
+    return total / 1e9
+
+
 def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     with _environment(config) as (bootstrap, proxies, references):
         paths = {"direct": bootstrap, **{name: p.bootstrap for name, p in proxies.items()}, **references}
@@ -169,18 +193,22 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] = lambda _: N
             for name in order:
                 target = paths[name]
                 progress(f"round {rnd + 1}/{config.rounds}: {name}")
+                pid = proxies[name].process.pid if name in proxies else None
+                result = results[name]
+
+                def run(workload: str, job: Callable[[], workloads.Sample], pid: int | None = pid,
+                        result: PathResult = result) -> None:
+                    # CPU time, unlike a rate, barely moves with other jobs on a shared machine.
+                    before = process_cpu_s(pid) if pid is not None else None
+                    sample = job()
+                    result.add(workload, sample, process_cpu_s(pid) - before if before is not None else None)
+
                 topic = workloads.create_topic(target)
-                results[name].add(
-                    "batched_produce", workloads.produce(target, topic, config.batched_records, 1024, 5, 1048576)
-                )
-                results[name].add("consume", workloads.consume(target, topic, config.batched_records, config.consume_passes))
+                run("batched_produce", lambda: workloads.produce(target, topic, config.batched_records, 1024, 5, 1048576))
+                run("consume", lambda: workloads.consume(target, topic, config.batched_records, config.consume_passes))
                 small = workloads.create_topic(target)
-                results[name].add(
-                    "unbatched_produce", workloads.produce(target, small, config.small_records, 100, 0, 16384)
-                )
-                results[name].add(
-                    "latency", workloads.fixed_rate_latency(target, small, config.rate, config.latency_seconds)
-                )
+                run("unbatched_produce", lambda: workloads.produce(target, small, config.small_records, 100, 0, 16384))
+                run("latency", lambda: workloads.fixed_rate_latency(target, small, config.rate, config.latency_seconds))
         memory = None
         if config.memory_check:
             progress("memory: 100 idle + 10 busy connections")
@@ -208,10 +236,18 @@ def summarise(results: dict[str, PathResult], config: BenchConfig, memory: dict[
     added = proxy["latency_ms"].get("p99", 0.0) - direct_p99
     out["added_p99_ms"] = added
     checks["added_p99"] = added <= ADDED_P99_TARGET_MS
+    for name, res in results.items():
+        if res.cpu_s:
+            out["paths"][name]["proxy_cpu_us_per_record"] = {
+                w: statistics.median(res.cpu_us_per_record(w)) for w in THROUGHPUT_TARGETS if res.cpu_s.get(w)
+            }
+            out["paths"][name]["rounds_proxy_cpu_s"] = {w: res.cpu_s[w] for w in res.cpu_s}
     for name in out["paths"]:
         if name.startswith("proxy+trace:"):
             cost = {w: 1.0 - results[name].paired_ratio(results["proxy"], w) for w in THROUGHPUT_TARGETS}
             out["paths"][name]["cost_vs_proxy"] = cost
+            cpu = {w: results[name].paired_cpu_ratio(results["proxy"], w) for w in THROUGHPUT_TARGETS}
+            out["paths"][name]["cpu_cost_vs_proxy"] = {w: r - 1.0 for w, r in cpu.items() if r is not None}
             if name.endswith(":headers"):
                 checks["tracing_headers_cost"] = max(cost.values()) <= TRACING_COST_TARGET
     if REFERENCE in out["paths"]:
