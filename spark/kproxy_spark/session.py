@@ -118,3 +118,34 @@ def storage_level(spark: SparkSession):  # noqa: ANN201 - a pyspark StorageLevel
     from pyspark import StorageLevel
 
     return getattr(StorageLevel, spark.conf.get(PERSIST_CONF, "MEMORY_AND_DISK"))
+
+
+class KeptRows:
+    """What `keep` holds: release() (alias unpersist(), as a cached frame
+    has) frees the rows, whoever still refers to the frame."""
+
+    def __init__(self, frame) -> None:  # noqa: ANN001 - a DataFrame
+        self._rdd = frame._jdf.queryExecution().analyzed().rdd()
+
+    def unpersist(self) -> None:
+        self._rdd.unpersist(False)
+
+    release = unpersist
+
+
+def keep(frame, held: list | None = None):  # noqa: ANN001, ANN201 - DataFrame -> DataFrame
+    """`frame` computed once, by the first job that reads it, and kept, as
+    ``cache()`` does, but with its plan cut off: the frame reads as a leaf.
+
+    A cached frame still carries its whole plan, and every frame built on
+    it carries that plan once per use; the wire checks build on a few shared
+    frames dozens of times, so that tree ran to many thousands of nodes,
+    and analysing and planning it cost the driver more than the job itself
+    (docs/performance-analysis.md). Kept rows launch no job of their own.
+    Their release goes to `held` (rows kept by a checkpoint are not the
+    session's cache: ``DataFrame.unpersist`` would not free them).
+    """
+    kept = frame.localCheckpoint(eager=False, storageLevel=storage_level(frame.sparkSession))
+    if held is not None:
+        held.append(KeptRows(kept))
+    return kept

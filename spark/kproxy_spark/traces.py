@@ -445,7 +445,9 @@ def fetched_records(traces: DataFrame, isolation: str = "auto") -> DataFrame:
 
 def end_txns(traces: DataFrame) -> DataFrame:
     """Every EndTxn request with its response, delivery time and producer key."""
-    return exchanges(traces).where(F.col("api") == "end_txn").select(
+    # Both sides filtered before the join: the request side alone would still
+    # shuffle every response (a spinning consumer's Fetches) into it.
+    return exchanges(traces.where(F.col("api") == "end_txn")).select(
         *EXCHANGE,
         "mono_ns",
         "delivery_ns",
@@ -477,12 +479,13 @@ END_TXN_ATTRIBUTION = (
 )
 
 
-def deciding_end_txns(traces: DataFrame) -> DataFrame:
+def deciding_end_txns(traces: DataFrame, ends: DataFrame | None = None) -> DataFrame:
     """Per producer and broker-side transaction number, the EndTxn that ended
     it: the first one delivered whose response (if any) was not an error.
     Columns: TXN_KEY and txn_broker prefixed `decided_`, then
-    END_TXN_ATTRIBUTION prefixed `end_`."""
-    candidates = end_txns(traces).where(
+    END_TXN_ATTRIBUTION prefixed `end_`. `ends`: end_txns(traces), when the
+    caller already holds it."""
+    candidates = (end_txns(traces) if ends is None else ends).where(
         F.col("delivered")
         & F.col("txn_broker").isNotNull()
         & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
@@ -501,6 +504,7 @@ def landings(
     isolation: str = "auto",
     attempts: DataFrame | None = None,
     fetched: DataFrame | None = None,
+    ends: DataFrame | None = None,
 ) -> DataFrame:
     """Every record known to be in a partition's log, once per (topic,
     partition, offset): acknowledged by a Produce response or returned by a
@@ -512,8 +516,8 @@ def landings(
     covering it), then from the EndTxn that ended the record's broker-side
     transaction, and is `committed` for non-transactional records.
     """
-    # Callers that already hold produce_attempts / fetched_records (cached)
-    # pass them in, so the plan is not rebuilt from the raw events.
+    # Callers that already hold produce_attempts / fetched_records / end_txns
+    # (kept) pass them in, so the plan is not rebuilt from the raw events.
     if attempts is None:
         attempts = produce_attempts(traces)
     if fetched is None:
@@ -549,7 +553,9 @@ def landings(
         *[F.first(c, ignorenulls=True).alias(c) for c in attributes],
         F.max("seen_in_fetch").alias("seen_in_fetch"),
     )
-    return _with_fates(log, fetched, traces, deciding_end_txns(traces))
+    if ends is None:
+        ends = end_txns(traces)
+    return _with_fates(log, fetched, traces, deciding_end_txns(traces, ends), ends)
 
 
 def _marker_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame) -> DataFrame:
@@ -601,7 +607,7 @@ def _marker_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame) -> Data
     )
 
 
-def _next_end_txns(log: DataFrame, traces: DataFrame) -> DataFrame:
+def _next_end_txns(log: DataFrame, ends: DataFrame) -> DataFrame:
     """For each traced transactional record, the first EndTxn of its producer
     delivered to the broker after the record's Produce: the one the broker
     applies to it, whatever transaction the client meant that EndTxn for.
@@ -610,7 +616,7 @@ def _next_end_txns(log: DataFrame, traces: DataFrame) -> DataFrame:
     range join. Columns: topic, partition, offset, then END_TXN_ATTRIBUTION
     prefixed `end_`.
     """
-    ends = end_txns(traces).where(
+    ends = ends.where(
         F.col("delivered")
         & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
     )
@@ -640,9 +646,10 @@ def _next_end_txns(log: DataFrame, traces: DataFrame) -> DataFrame:
     )
 
 
-def _with_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame, deciders: DataFrame) -> DataFrame:
+def _with_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame, deciders: DataFrame,
+                ends: DataFrame) -> DataFrame:
     marked = log.join(_marker_fates(log, fetched, traces), ["topic", "partition", "offset"], "left")
-    by_order = marked.join(_next_end_txns(log, traces), ["topic", "partition", "offset"], "left")
+    by_order = marked.join(_next_end_txns(log, ends), ["topic", "partition", "offset"], "left")
     # Records only seen in a Fetch (no traced Produce) fall back to the EndTxn
     # that ended their broker-side transaction number.
     decided = by_order.join(

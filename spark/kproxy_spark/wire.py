@@ -11,6 +11,8 @@ is what `fault-impact` counts. docs/analysis.md describes each anomaly.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
@@ -66,10 +68,19 @@ _ACTED = {
 }
 
 
+_ERROR_NAMES: list = []
+
+
 def _error_names() -> Column:
+    """Kafka's error codes -> names, as a map column: built once per Spark
+    context (a few hundred calls into the JVM each time otherwise)."""
+    from pyspark import SparkContext
     from kio.schema.errors import ErrorCode
 
-    return F.create_map(*[x for e in ErrorCode for x in (F.lit(int(e)), F.lit(e.name.upper()))])
+    context = SparkContext._active_spark_context
+    if not _ERROR_NAMES or _ERROR_NAMES[0] is not context:
+        _ERROR_NAMES[:] = [context, F.create_map(*[x for e in ErrorCode for x in (F.lit(int(e)), F.lit(e.name.upper()))])]
+    return _ERROR_NAMES[1]
 
 
 def _error(code: Column) -> Column:
@@ -403,10 +414,11 @@ def ambiguous_errors(sent: DataFrame, attempts: DataFrame, fetched: DataFrame) -
     )
 
 
-def stale_end_txns(traces: DataFrame) -> DataFrame:
-    """Every delivered EndTxn whose numbers disagreed at delivery (a hazard)."""
+def stale_end_txns(traces: DataFrame, ends: DataFrame | None = None) -> DataFrame:
+    """Every delivered EndTxn whose numbers disagreed at delivery (a hazard).
+    `ends`: end_txns(traces), when the caller holds it."""
     return (
-        end_txns(traces)
+        (end_txns(traces) if ends is None else ends)
         .where(F.col("delivered") & F.col("hazard").isNotNull())
         .select(
             "proxy_id", "conn_id", "correlation_id", "copy", "mono_ns", "transactional_id",
@@ -783,13 +795,16 @@ def fault_impact(touches: list[dict], cases: dict[str, list[dict]]) -> list[dict
     return sorted(rows, key=_order_key((("rule", False), ("anomaly", False))))
 
 
-def clock_offset(ops: DataFrame, traces: DataFrame) -> DataFrame:
+def clock_offset(ops: DataFrame, traces: DataFrame, sent: DataFrame | None = None,
+                 attempts: DataFrame | None = None) -> DataFrame:
     """One row, d: history time minus trace monotonic time, estimated from
     acknowledged sends (their completion follows the Produce response
     closely), so plots can put wire events and history ops on one axis. Null
     when nothing joins."""
-    acked = history_sends(ops).where((F.col("type") == "ok") & F.col("offset").isNotNull())
-    attempts = produce_attempts(traces).where(F.col("status") == "ok").groupBy("key_long", "value_long").agg(
+    sent = history_sends(ops) if sent is None else sent
+    attempts = produce_attempts(traces) if attempts is None else attempts
+    acked = sent.where((F.col("type") == "ok") & F.col("offset").isNotNull())
+    attempts = attempts.where(F.col("status") == "ok").groupBy("key_long", "value_long").agg(
         F.min("mono_ns").alias("mono_ns")
     )
     joined = acked.join(attempts, (acked["key"] == attempts["key_long"]) & (acked["value"] == attempts["value_long"]))
@@ -828,12 +843,13 @@ def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
     Spark job: the anomalies of wire_checks, the ``latency`` and
     ``fault-impact`` tables, and ``~phases``, ``~end-txn-outcomes``,
     ``~trace-events`` and ``~clock-offset`` for the report's stats."""
-    tables = dict(wire_checks(ops, traces, isolation, cached))
+    views = wire_views(ops, traces, isolation, cached)
+    tables = dict(wire_checks(ops, traces, isolation, views=views))
     tables["~rule-touches"] = rule_touches(traces)
     tables["~phases"] = fault_phases(traces)
-    tables["~end-txn-outcomes"] = end_txn_outcomes(traces)
+    tables["~end-txn-outcomes"] = end_txn_outcomes(traces, views.ends)
     tables["~trace-events"] = traces.agg(F.count(F.lit(1)).alias("events"))
-    tables["~clock-offset"] = clock_offset(ops, traces)
+    tables["~clock-offset"] = clock_offset(ops, traces, views.sent, views.attempts)
     parts = [
         frame.select(
             F.lit(name).alias("check"),
@@ -885,26 +901,48 @@ def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
     return tables, stats
 
 
-def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
-                cached: list[DataFrame] | None = None) -> dict[str, DataFrame]:
-    """Every wire anomaly: name -> cases. `isolation` says how to tell
-    read_committed fetches (see kproxy_spark.traces.fetched_records). The frames
-    cached here are appended to `cached`, for the caller to release: analyses
-    that share a session must not clear each other's caches."""
-    # Every check reads these; cached, each is computed once inside the job
-    # that collects the checks (a cache costs no job of its own).
-    sent = history_sends(ops).cache()
-    attempts = produce_attempts(traces).cache()
+@dataclass(frozen=True)
+class WireViews:
+    """The views of the history and the traces that several checks read,
+    each computed once (kproxy_spark.session.keep) inside the job that
+    collects the checks."""
+
+    sent: DataFrame
+    attempts: DataFrame
+    fetched: DataFrame
+    ends: DataFrame
+    log: DataFrame
+
+
+def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held: list | None = None) -> WireViews:
+    """history_sends, produce_attempts, fetched_records (FETCHED_COLUMNS),
+    end_txns and landings, kept; their releases go to `held`, for the caller:
+    analyses that share a session must not clear each other's rows."""
+    from kproxy_spark.session import keep
+
+    sent = keep(history_sends(ops), held)
+    attempts = keep(produce_attempts(traces), held)
     # Only the columns the checks read: a Fetch record carries every column
     # of its event, and at a million operations the whole width no longer
-    # fits the cache.
-    fetched = fetched_records(traces, isolation).select(*FETCHED_COLUMNS).cache()
-    log = landings(traces, isolation, attempts=attempts, fetched=fetched).cache()
-    if cached is not None:
-        cached += [sent, attempts, fetched, log]
+    # fits in memory.
+    fetched = keep(fetched_records(traces, isolation).select(*FETCHED_COLUMNS), held)
+    ends = keep(end_txns(traces), held)
+    log = keep(landings(traces, isolation, attempts=attempts, fetched=fetched, ends=ends), held)
+    return WireViews(sent, attempts, fetched, ends, log)
+
+
+def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
+                cached: list | None = None, views: WireViews | None = None) -> dict[str, DataFrame]:
+    """Every wire anomaly: name -> cases. `isolation` says how to tell
+    read_committed fetches (see kproxy_spark.traces.fetched_records). What
+    is kept here (wire_views, unless `views` are given) is appended to
+    `cached`, for the caller to release (``unpersist()``)."""
+    if views is None:
+        views = wire_views(ops, traces, isolation, cached)
+    sent, attempts, fetched, log = views.sent, views.attempts, views.fetched, views.log
     cases: dict[str, DataFrame] = {
         "torn-transaction": torn_transactions(sent, log),
-        "stale-end-txn": stale_end_txns(traces),
+        "stale-end-txn": stale_end_txns(traces, views.ends),
         "late-produce": late_produces(attempts, log),
         "client-outcome-mismatch": client_outcome_mismatches(sent, log),
         "spurious-offset": spurious_offsets(sent, attempts),
@@ -937,11 +975,11 @@ def fault_phases(traces: DataFrame) -> DataFrame:
     )
 
 
-def end_txn_outcomes(traces: DataFrame) -> DataFrame:
+def end_txn_outcomes(traces: DataFrame, ends: DataFrame | None = None) -> DataFrame:
     """Delivered EndTxns by producer and broker-side number: transactional_id, txn_broker, commits, aborts,
     stale (with a hazard), first delivery (trace clock)."""
     return (
-        end_txns(traces)
+        (end_txns(traces) if ends is None else ends)
         .where(F.col("delivered"))
         .groupBy("transactional_id", "txn_broker")
         .agg(
@@ -952,5 +990,5 @@ def end_txn_outcomes(traces: DataFrame) -> DataFrame:
         )
     )
 
-__all__ = ["WIRE_ANOMALIES", "clock_offset", "end_txn_outcomes", "fault_phases", "history_sends", "read_wire_rows",
-           "wire_checks", "wire_frame"]
+__all__ = ["WIRE_ANOMALIES", "WireViews", "clock_offset", "end_txn_outcomes", "fault_phases", "history_sends",
+           "read_wire_rows", "wire_checks", "wire_frame", "wire_views"]
