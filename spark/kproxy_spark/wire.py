@@ -843,6 +843,13 @@ def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
     Spark job: the anomalies of wire_checks, the ``latency`` and
     ``fault-impact`` tables, and ``~phases``, ``~end-txn-outcomes``,
     ``~trace-events`` and ``~clock-offset`` for the report's stats."""
+    level = traces.storageLevel
+    if not (level.useMemory or level.useDisk):
+        from kproxy_spark.session import keep
+
+        # Traces the caller did not cache (a test's literal files) would be
+        # read, and their side files decoded, once per view and check.
+        traces = keep(traces, cached)
     views = wire_views(ops, traces, isolation, cached)
     tables = dict(wire_checks(ops, traces, isolation, views=views))
     tables["~rule-touches"] = rule_touches(traces)
