@@ -3,21 +3,25 @@
 Threading model. The proxy builds each event as a plain dict (field names from
 kproxy.obs.trace_schema) on the trio thread, or, for frames its fast path
 forwards untouched, hands over a tuple `(builder, *args)` that the worker
-turns into that dict (so the data path does not pay for it), and hands it
+turns into a row in schema order (so the data path does not pay for it), and hands it
 over with `offer()`. Handing over is a length check and a
 `deque.append` (thread-safe in CPython for one producer and one consumer), so
 it costs well under a microsecond and never touches the disk. A plain
 `threading.Thread` owned by the writer wakes every `flush_interval` seconds
 (sooner when the queue is half full or a producer waits for room), drains the
-deque, serialises with orjson (or builds a pyarrow row group) and writes.
+deque and writes it: one fixed-layout segment per batch (the default,
+kproxy.obs.trace_segments; the data path's tuples become rows in schema
+order, never dicts), or JSON lines serialised with orjson, or a pyarrow row
+group.
 A dedicated thread rather than `trio.to_thread` per batch: one long-lived
 worker keeps the file handle and rotation state in one place and costs no
 thread hand-off per batch.
 
-Durability. Every batch is written with one unbuffered `write()` per line run,
-so when the worker goes back to sleep the kernel has every line of the batch:
-a SIGKILL of the proxy leaves each JSONL file readable up to the last written
-line (readers skip a torn final line; see kproxy.obs.trace_files). Nothing is
+Durability. Every batch is written with one unbuffered `write()` per segment or line run,
+so when the worker goes back to sleep the kernel has the whole batch: a
+SIGKILL of the proxy leaves each segment file readable up to its last complete
+segment and each JSONL file up to the last written line (readers skip a torn
+tail; see kproxy.obs.trace_files). Nothing is
 fsynced: surviving a machine crash is not a goal, surviving a killed proxy is.
 
 The deque, not the disk, is the bound: at most `queue_size` events wait. When
@@ -271,8 +275,8 @@ class _SegmentSink(_Sink):
         self._file.close()
 
     def write(self, events: list[list]) -> int:
-        # A batch is cut so that a file ends near rotate_bytes: ~100 bytes per
-        # header-level event, far more with partitions; encode, then check.
+        # One segment per batch (up to _MAX_BATCH events): a file may pass
+        # rotate_bytes by one segment before it rotates.
         segment, kept = encode_rows_checked(events)
         if not kept:
             return 0
