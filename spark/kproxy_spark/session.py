@@ -54,6 +54,12 @@ def get_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", os.environ.get("KPROXY_SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.session.timeZone", "UTC")
+        # PySpark's DataFrame debugging records the Python call site of every
+        # column function in the JVM: five or six more calls into the JVM for
+        # each F.col or F.lit, about a third of the 39,000 it took to build the
+        # wire checks (docs/performance-analysis.md). Errors still name the
+        # failing expression; only the Python line of its origin is lost.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # Traces carry arbitrary record bytes as text (control records, binary
         # values): a value that is not a number must read as null, not abort
         # the job, so casts are lenient.
