@@ -4,37 +4,22 @@ workload on the embedded broker, and the analysis, by the demo's own path
 to one of its rules what its rule file's `Expect:` line names; the rule-free
 run (healthy) is the control, and attributes nothing to any rule.
 
-The runs share one broker (each with its own topics) and one Spark session,
-and run a few at a time: a run is mostly waiting on the clients.
+The runs come from the session fixture `scenario_runs`
+(tests/fixtures/scenario_runs.py), which other tests read as well.
 """
 
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from kproxy.demo import rules_dir, scenarios
+from tests.fixtures.scenario_runs import BROKER_FOR, CONTROL, NOT_CHECKED, key as _key
 
 # The first test also waits for every run (the session fixture).
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
-
-#: Seconds of workload per scenario, by broker: long enough for each fault to
-#: meet the clients, short enough that every scenario fits the suite's
-#: budget. noida-db answers idle Fetches at once (docs/brokers.md), so its
-#: runs trace far more and are kept shorter.
-DURATION_S = {"tansu": 8.0, "noida": 4.0}
-#: Scenarios running at once on the shared broker.
-AT_ONCE = 4
-CONTROL = "healthy"
-#: Scenarios that are not fault scenarios of their own.
-NOT_CHECKED = {"chaos-latency"}  # latency only: a dashboard demo, no verdict to assert
-#: Scenarios whose fault shows only on a broker that keeps the protocol's
-#: own bookkeeping: removing ABORT markers matters only where the broker
-#: lists aborted transactions (Tansu lists none and serves aborted records).
-BROKER_FOR = {"missing-abort-marker": "noida"}
 
 _EXPECT = re.compile(r"^#\s*Expect:\s*(.+)$", re.MULTILINE)
 _CLASS = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*$")
@@ -64,35 +49,9 @@ def attributed(report: dict) -> dict[str, set[str]]:
     return found
 
 
-def _key(name: str, kind: str = "tansu") -> str:
-    return f"{name}@{kind}"
-
-
-@pytest.fixture(scope="session")
-def scenario_reports(broker, noida_broker, spark, tmp_path_factory) -> dict[str, dict]:
-    """Every shipped scenario run once, seed 1, by the demo's path, on its
-    broker; the rule-free control on each broker."""
-    from kproxy.demo import run_demo
-
-    out = tmp_path_factory.mktemp("scenarios")
-    bootstrap = {"tansu": broker.bootstrap, "noida": noida_broker.bootstrap}
-    runs = [(name, BROKER_FOR.get(name, "tansu")) for name in sorted(set(scenarios()) - NOT_CHECKED)]
-    runs += [(CONTROL, kind) for kind in sorted(set(BROKER_FOR.values()))]
-
-    def run(name_kind: tuple[str, str]) -> tuple[str, dict]:
-        name, kind = name_kind
-        result = run_demo(name, out / _key(name, kind), seed=1, duration=DURATION_S[kind], bootstrap=bootstrap[kind],
-                          spark=spark, say=lambda _line: None, progress=False)
-        assert result.exit_code in (0, 1), f"{name} on {kind}: exit {result.exit_code}"
-        return _key(name, kind), result.report
-
-    with ThreadPoolExecutor(max_workers=AT_ONCE, thread_name_prefix="scenario") as pool:
-        return dict(pool.map(run, runs))
-
-
 @pytest.mark.parametrize("kind", ["tansu", "noida"])
-def test_the_rule_free_run_attributes_nothing_to_any_rule(scenario_reports, kind):
-    report = scenario_reports[_key(CONTROL, kind)]
+def test_the_rule_free_run_attributes_nothing_to_any_rule(scenario_runs, kind):
+    report = scenario_runs[_key(CONTROL, kind)].report
     assert report["stats"].get("fault_impact", []) == []
     assert report["broker"]["software"] == {"tansu": "tansu", "noida": "noida-db"}[kind]
     assert report["broker"]["nodes"] == 1 and report["broker"]["started_by_kproxy"] is False
@@ -107,9 +66,9 @@ def test_the_rule_free_run_attributes_nothing_to_any_rule(scenario_reports, kind
 
 
 @pytest.mark.parametrize("name", sorted(set(scenarios()) - NOT_CHECKED - {CONTROL}))
-def test_each_scenario_attributes_what_its_rule_file_expects(scenario_reports, name):
+def test_each_scenario_attributes_what_its_rule_file_expects(scenario_runs, name):
     kind = BROKER_FOR.get(name, "tansu")
-    report = scenario_reports[_key(name, kind)]
+    report = scenario_runs[_key(name, kind)].report
     expect = expected(rules_dir() / f"{name}.yaml")
     by_rule = attributed(report)
     every = set().union(*by_rule.values()) if by_rule else set()
@@ -120,7 +79,7 @@ def test_each_scenario_attributes_what_its_rule_file_expects(scenario_reports, n
     # run, or above its count there: the rule adds to what the broker does on
     # its own. (Other cases credited to the rule are credited by their causal
     # path, case by case, and may share a class with the broker's own.)
-    control = scenario_reports[_key(CONTROL, kind)]["counts"]
+    control = scenario_runs[_key(CONTROL, kind)].report["counts"]
     for rule, classes in by_rule.items():
         for anomaly in classes & set(report.get("errors", [])) & expect:
             cases = next(r["cases"] for r in report["stats"]["fault_impact"]
