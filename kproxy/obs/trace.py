@@ -33,7 +33,6 @@ and lets traffic go on at full speed (production taps).
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import re
@@ -50,7 +49,7 @@ from kproxy.obs import metrics
 from kproxy.obs.trace_records import RawLedger, RawPartitions
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
 from kproxy.obs.trace_segments import SUFFIX as SEGMENT_SUFFIX
-from kproxy.obs.trace_segments import encode_rows_checked, file_header
+from kproxy.obs.trace_segments import encode_rows_checked, file_header, json_default
 
 log = logging.getLogger(__name__)
 
@@ -84,18 +83,6 @@ def trace_file_name(proxy_id: str, started_wall: float, seq: int, fmt: Format) -
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(started_wall))
     suffix = SEGMENT_SUFFIX if fmt == "segments" else f".{fmt}"
     return f"trace-{proxy_id}-{stamp}-{seq:06d}{suffix}"
-
-
-def _json_default(value: Any) -> Any:
-    # Keys and values are text or "b64:..." by schema; accept raw bytes from a
-    # caller that did not encode them rather than losing the event.
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return "b64:" + base64.b64encode(raw).decode("ascii")
-    raise TypeError(f"not serialisable in a trace: {type(value).__name__}")
 
 
 class _Sink:
@@ -234,7 +221,7 @@ class _JsonlSink(_Sink):
         chunk_size = 0
         for event in events:
             try:
-                line = orjson.dumps(event, default=_json_default) + b"\n"
+                line = orjson.dumps(event, default=json_default) + b"\n"
             except TypeError as exc:
                 log.error("trace event dropped, not serialisable: %s", exc)
                 continue

@@ -87,8 +87,10 @@ def file_header(schema_version: int = SCHEMA_VERSION, columns: Sequence[tuple[st
     return FILE_MAGIC + _U32.pack(len(header)) + header
 
 
-def _json_default(value: Any) -> Any:
-    # Keys and values are text or "b64:..." by schema (docs/traces.md).
+def json_default(value: Any) -> Any:
+    """orjson's fallback for trace values: keys and values are text or
+    "b64:..." by schema (docs/traces.md); raw bytes from a caller that did
+    not encode them are encoded here rather than losing the event."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         raw = bytes(value)
         try:
@@ -102,7 +104,7 @@ def _text(value: Any) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8", "surrogatepass")
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _json_default(value).encode("utf-8")
+        return json_default(value).encode("utf-8")
     raise TypeError(f"a string field holds a {type(value).__name__}")
 
 
@@ -114,7 +116,7 @@ def _json_cell(value: Any, dumps: Any = orjson.dumps) -> bytes | None:
     try:
         return dumps(value)
     except TypeError:
-        return dumps(value, default=_json_default)
+        return dumps(value, default=json_default)
 
 
 def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> None:
