@@ -99,3 +99,25 @@ def test_a_fatal_client_error_marks_the_client_for_retirement() -> None:
     with pytest.raises(ClientFailure, match="INVALID_TXN_STATE"):
         producer.commit_transaction(1.0)
     assert broke == [True]  # the worker replaces this process's clients after the operation
+
+
+
+def test_a_kept_failure_does_not_keep_a_closed_producer_alive():
+    # A retired process's failure stays in the history; its traceback must not
+    # hold the librdkafka handle, which would go on reconnecting for the rest
+    # of the run (and of the test session) to a proxy that is gone.
+    import gc
+
+    import confluent_kafka
+
+    unreachable = {"bootstrap.servers": "127.0.0.1:9", "transactional.id": "kept-failure",
+                   "socket.connection.setup.timeout.ms": 1000, "log_level": 0}
+    producer = guarded(confluent.ConfluentProducer(unreachable))
+    handle_id = id(producer.unwrapped._p)
+    with pytest.raises(ClientFailure) as kept:
+        producer.init_transactions(0.5)
+    producer.close(False, 0)
+    del producer
+    gc.collect()
+    assert kept.value.name == "_TIMED_OUT"
+    assert not [o for o in gc.get_objects() if isinstance(o, confluent_kafka.Producer) and id(o) == handle_id]

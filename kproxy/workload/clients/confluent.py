@@ -98,6 +98,10 @@ class ConfluentProducer:
         try:
             return fn(*args)
         except KafkaException as exc:
+            # Drop the bound method before raising: a failure kept in the history
+            # holds this frame through its traceback, and the method would keep
+            # the librdkafka handle, reconnecting, alive after close().
+            fn = None
             raise failure_from_exception(exc) from exc
 
     def init_transactions(self, timeout: float) -> None:
@@ -140,6 +144,10 @@ class ConfluentConsumer:
         try:
             return fn(*args, **kwargs)
         except KafkaException as exc:
+            # Drop the bound method before raising: a failure kept in the history
+            # holds this frame through its traceback, and the method would keep
+            # the librdkafka handle, reconnecting, alive after close().
+            fn = None
             raise failure_from_exception(exc) from exc
 
     def group_metadata(self) -> object:
