@@ -36,10 +36,14 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD_INPUTS = ("pyproject.toml", "README.md", "kproxy", "spark", "rules", "dashboards")
 
 
+#: What the suite's own process sets that must not reach the installed kproxy: PYTHONPATH on the source tree
+#: (pip would also take the tree's kproxy for an installed one), and the Python the suite's Spark session
+#: named for its workers (the checkout's venv: the wheel's analysis would run its executors there).
+LEAKS = ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+
+
 def _clean_env() -> dict[str, str]:
-    # The suite runs with PYTHONPATH on the source tree; the installed kproxy must not see it (nor must pip,
-    # which would take the tree's kproxy for an installed one).
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return {k: v for k, v in os.environ.items() if k not in LEAKS}
 
 
 def _pip(*args: str, timeout: float = 600) -> None:
