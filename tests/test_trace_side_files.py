@@ -1,10 +1,10 @@
-"""Version-3 traces through the analysis: records decoded by Spark from the side files.
+"""Traces with side files through the analysis: records decoded by Spark from the side files.
 
 At level `records` the proxy writes batch headers and raw batches (side
-files) and decodes nothing; Spark decodes them on the executors. The demo's
-torn transaction must be found and attributed from such a trace as from a
-version-2 one, and a trace whose proxy was SIGKILLed mid-run must be read
-by the analysis up to its last complete segment.
+files) and decodes nothing; Spark decodes them on the executors, as the
+Python reader does. A trace whose proxy was SIGKILLed mid-run must be read
+by the analysis up to its last complete segment. (The demo's own torn
+transaction from such a trace: tests/test_scenarios_e2e.py.)
 """
 
 from __future__ import annotations
@@ -15,17 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.demo import run_demo
 from kproxy.obs.trace_files import iter_trace_events, trace_files
-from kproxy.obs.trace_schema import SCHEMA_VERSION
 from kproxy.obs.trace_segments import SegmentFile
-from tests.fixtures.scenario_runs import key
 from tests.test_trace_signals import FLUSHED_BEFORE_KILL_S, traced_producer
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(240)]
-
-RULE_ID = "stale-commit-into-next-txn"
-
 
 def _python_records(traces: Path) -> list[tuple]:
     return sorted(
@@ -43,34 +37,6 @@ def _spark_records(spark, traces: Path) -> list[tuple]:
         "value", "control",
     ).collect()
     return sorted(tuple(r) for r in rows)
-
-
-@pytest.mark.timeout(900)  # the first reader runs every scenario (the session fixture)
-def test_demo_finds_and_attributes_the_torn_transaction_from_side_files(scenario_runs, broker, spark, tmp_path) -> None:
-    # The demo's own torn-transaction run (the scenario suite's, seed 1). The
-    # stale copy races the next transaction, so a run may miss it: then
-    # another seed, run here, does not.
-    run = scenario_runs[key("torn-transaction")]
-    report, out = run.report, run.out
-    if not report["counts"]["torn-transaction"]:
-        out = tmp_path / "seed-2"
-        report = run_demo("torn-transaction", out, bootstrap=broker.bootstrap, duration=6, seed=2, spark=spark,
-                          say=lambda line: None, progress=False).report
-    assert report["counts"]["torn-transaction"] >= 1
-    impact = {(i["rule"], i["anomaly"]): i["cases"] for i in report["stats"]["fault_impact"]}
-    assert impact.get((RULE_ID, "torn-transaction"), 0) >= 1
-
-    # The proxy decoded nothing: the events point at raw batches in side files.
-    traces = out / "traces"
-    assert [p.suffix for p in sorted(traces.iterdir()) if p.suffix == ".records"], "no side file written"
-    on_disk = list(iter_trace_events(traces, records=False))
-    assert {e["schema_version"] for e in on_disk} == {SCHEMA_VERSION}
-    with_batches = [p for e in on_disk if e["api"] in ("produce", "fetch") for p in e["partitions"] or ()
-                    if p["records_file"]]
-    assert with_batches and all(p["records"] is None and p["batches"] for p in with_batches)
-    assert any(b["marker"] for p in with_batches for b in p["batches"]), "no transaction marker scanned"
-    # Spark's decode (executors, cramjam) gives what the Python reader gives.
-    assert _spark_records(spark, traces) == _python_records(traces)
 
 
 def test_analysis_reads_a_sigkilled_proxys_trace_up_to_its_last_segment(proxy_factory, broker, spark, tmp_path: Path,
