@@ -9,7 +9,10 @@ export PATH="$PWD/.venv/bin:$PATH"
 # pytest and in every subprocess and Spark worker it starts, whatever the venv's
 # install points at.
 export PYTHONPATH="$PWD:$PWD/spark${PYTHONPATH:+:$PYTHONPATH}"
-.venv/bin/python -m pytest "$@"
+# Two workers, whole files each (module and session fixtures are set up once
+# per worker): most tests wait on brokers, clients and timers, so two at a
+# time fill the two cores. KPROXY_TEST_WORKERS=0 runs everything in one process.
+.venv/bin/python -m pytest -n "${KPROXY_TEST_WORKERS:-2}" --dist loadfile "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "no tests were collected"

@@ -7,3 +7,14 @@ pytest_plugins = sorted(
     for p in (Path(__file__).parent / "fixtures").glob("*.py")
     if p.stem != "__init__"
 )
+
+#: Files whose tests take minutes, longest first. scripts/run-tests.sh splits
+#: the suite by file over two workers, and the run ends when the longer queue
+#: does: started first, these files are not left to run alone at the end.
+LONGEST_FIRST = ("test_scenarios_e2e.py", "test_install.py", "test_shrink.py", "test_spark_standalone.py",
+                 "test_wire_causes.py", "test_kafka_live.py", "test_wire_checks.py")
+
+
+def pytest_collection_modifyitems(items) -> None:  # noqa: ANN001 - pytest's hook
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: the rest keep their order
