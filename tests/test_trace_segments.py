@@ -120,15 +120,10 @@ def test_export_reads_a_sigkilled_proxys_segments_up_to_the_last_complete_segmen
     from click.testing import CliRunner
 
     from kproxy.cli import main
-    from tests.fixtures.broker import create_topic
-    from tests.test_trace_signals import FLUSHED_BEFORE_KILL_S, ContinuousProducer, check_well_formed, \
-        traced_produce_responses
+    from tests.test_trace_signals import FLUSHED_BEFORE_KILL_S, check_well_formed, traced_produce_responses, \
+        traced_producer
 
-    create_topic(broker.bootstrap, topic_name, 1)
-    traces = tmp_path / "traces"
-    proxy = proxy_factory("--traces", str(traces), "--trace-level", "records", "--trace-format", "segments")
-    producer = ContinuousProducer(proxy.bootstrap, topic_name)
-    producer.start()
+    proxy, producer, traces = traced_producer(proxy_factory, broker, tmp_path, topic_name, fmt="segments")
     producer.wait_for_deliveries(100)
     time.sleep(FLUSHED_BEFORE_KILL_S + 0.2)
     killed_at = time.monotonic()
