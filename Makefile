@@ -1,5 +1,5 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   - install kproxy in .venv, then run `kproxy demo` on the embedded broker
+#   make demo   - install kproxy in .venv and the system packages (Spark needs a JDK), then run `kproxy demo`
 #   make test   - install kproxy, the test tools and the system packages, then run the tests
 PY ?= python3
 VENV := .venv
@@ -23,7 +23,7 @@ kafka-jars: install system-packages
 	$(BIN)/python -m kproxy.kafka.jars
 
 # Exit status 1 means the analysis found anomalies: the demo worked.
-demo: install
+demo: install system-packages
 	$(BIN)/kproxy demo $(ARGS) || [ $$? -eq 1 ]
 
 bench: install
