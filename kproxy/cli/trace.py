@@ -26,10 +26,11 @@ def export(source: Path, output: Path | None, records: bool, compact: bool) -> N
 
     SOURCE is a trace directory (every trace file in it, in the order the
     proxy wrote them: per proxy id, by sequence number) or one trace file of
-    any format: segments (.events), JSON Lines (.jsonl) or Parquet
-    (.parquet, needs pyarrow). A file cut short by a killed proxy is read up to
-    its last complete segment (or line); damage anywhere else is an error
-    naming the file and byte offset (or line), and the command exits 1.
+    any format: segments (.events), JSON Lines (.jsonl, or .jsonl.gz once
+    compressed) or Parquet (.parquet, needs pyarrow). A file cut short by a
+    killed proxy is read up to its last complete segment (or line); damage
+    anywhere else is an error naming the file and byte offset (or line), and
+    the command exits 1.
 
     Example: kproxy trace export traces/ | jq -c 'select(.hazard != null)'
     """

@@ -46,6 +46,7 @@ import orjson
 import trio
 
 from kproxy.obs import metrics
+from kproxy.obs.trace_files import TRACE_NAME
 from kproxy.obs.trace_records import RawLedger, RawPartitions
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
 from kproxy.obs.trace_segments import SUFFIX as SEGMENT_SUFFIX
@@ -119,9 +120,10 @@ class _Sink:
 
     def _first_free_seq(self) -> int:
         # A restarted proxy with the same id continues the sequence, so its
-        # files never collide with (or sort before) the previous run's.
-        pattern = re.compile(rf"^trace-{re.escape(self.proxy_id)}-\d{{8}}T\d{{6}}-(\d+)\.(jsonl|parquet|events)$")
-        seqs = [int(m.group(1)) for p in self.directory.iterdir() if (m := pattern.match(p.name))]
+        # files never collide with (or sort before) the previous run's, its
+        # rotated files compressed since (`.jsonl.gz`) included.
+        seqs = [int(m["seq"]) for p in self.directory.iterdir()
+                if (m := TRACE_NAME.match(p.name)) and m["proxy"] == self.proxy_id]
         return max(seqs, default=-1) + 1
 
     def _open(self) -> None:

@@ -18,15 +18,19 @@ corruption and raises.
 
 A proxy killed mid-write can leave a JSONL file whose last line is torn (no
 final newline): that line is skipped. Any other unparsable line is corruption
-and raises. A Parquet file without its footer (the writer was killed before it
+and raises. Rotated JSONL files compressed afterwards (`.jsonl.gz`, as
+`gzip` or a log rotator leaves them) are read as they are, like the analysis
+reads them; a damaged or cut-short gzip stream raises, naming the file. A Parquet file without its footer (the writer was killed before it
 rotated or closed the file) cannot be read at all: it is skipped with a
 warning unless `strict` is set.
 """
 
 from __future__ import annotations
 
+import gzip
 import logging
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +39,11 @@ import orjson
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^trace-(?P<proxy>.+)-(?P<stamp>\d{8}T\d{6})-(?P<seq>\d+)\.(?P<fmt>jsonl|parquet|events)$")
+# The writer's names, and a rotated JSONL file compressed afterwards (`.jsonl.gz`).
+TRACE_NAME = re.compile(
+    r"^trace-(?P<proxy>.+)-(?P<stamp>\d{8}T\d{6})-(?P<seq>\d+)\.(?P<fmt>jsonl|jsonl\.gz|parquet|events)$"
+)
+_SUFFIXES = (".events", ".jsonl", ".jsonl.gz", ".parquet")
 
 
 class TraceFileError(ValueError):
@@ -43,25 +51,25 @@ class TraceFileError(ValueError):
 
 
 def _order_key(path: Path) -> tuple:
-    m = _NAME.match(path.name)
+    m = TRACE_NAME.match(path.name)
     if m is None:  # a trace file renamed by hand: after the well-named ones, by name
         return (1, path.name, 0, "")
     return (0, m["proxy"], int(m["seq"]), m["stamp"])
 
 
 def trace_files(directory: Path | str) -> list[Path]:
-    """Every trace file (`trace-*.events`, `trace-*.jsonl`, `trace-*.parquet`) in `directory`, in order."""
+    """Every trace file (`trace-*.events`, `.jsonl`, `.jsonl.gz`, `.parquet`) in `directory`, in order."""
     directory = Path(directory)
     found = [
         p for p in directory.iterdir()
-        if p.is_file() and p.name.startswith("trace-") and p.suffix in (".events", ".jsonl", ".parquet")
+        if p.is_file() and p.name.startswith("trace-") and p.name.endswith(_SUFFIXES)
     ]
     return sorted(found, key=_order_key)
 
 
 def iter_jsonl_events(path: Path) -> Iterator[dict]:
-    """Events of one JSONL trace file, skipping a torn final line."""
-    data = path.read_bytes()
+    """Events of one JSONL trace file (gzip-compressed if its name ends in `.gz`), skipping a torn final line."""
+    data = _read_gzip(path) if path.name.endswith(".gz") else path.read_bytes()
     lines = data.split(b"\n")
     # After a final newline split() leaves b""; anything else there is a torn line.
     torn = lines.pop()
@@ -74,6 +82,16 @@ def iter_jsonl_events(path: Path) -> Iterator[dict]:
             yield orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise TraceFileError(f"{path}:{number}: not a JSON trace event: {exc}") from exc
+
+
+def _read_gzip(path: Path) -> bytes:
+    # A torn line inside a complete stream is a killed writer's, compressed
+    # as it was; a damaged or cut-short stream is the compressed file's own
+    # damage, and nothing after it can be trusted.
+    try:
+        return gzip.decompress(path.read_bytes())
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFileError(f"{path}: not a readable gzip-compressed trace: {exc}") from exc
 
 
 def iter_parquet_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
@@ -93,7 +111,7 @@ def iter_parquet_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
 
 
 def iter_file_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
-    """Events of one trace file of any format, without side records."""
+    """Events of one trace file of any format (`.jsonl.gz` included), without side records."""
     if path.suffix == ".parquet":
         return iter_parquet_events(path, strict=strict)
     if path.suffix == ".events":
