@@ -108,6 +108,47 @@ def test_a_segment_converts_to_arrow_with_nested_fields_as_json_text(tmp_path: P
     assert [orjson.loads(c) for c in batch.column("error_codes").to_pylist()] == [[47, 48], [], []]
 
 
+def idle_fetch_response(i: int, high_watermark: int) -> dict:
+    """A Fetch response with nothing to return, as noida-db sends an idle consumer thousands of times a
+    second: per partition the offsets and every aborted transaction since the log began, no records."""
+    return header_event(i, api="fetch", api_key=1, api_version=12, direction="response", transactional_id=None,
+                        producer_id=None, producer_epoch=None, txn_client=None, txn_broker=None, partitions=[
+        {"topic": f"kproxy-demo-47bfbcb204-{p}", "partition": 0, "error_code": 0, "base_offset": None,
+         "high_watermark": high_watermark + p, "last_stable_offset": high_watermark + p, "log_start_offset": 0,
+         "aborted_transactions": [{"producer_id": 1000 + k % 3, "first_offset": 3 * k} for k in range(8)],
+         "compression": None, "records": [], "batches": [], "records_file": None, "records_offset": None,
+         "records_length": None}
+        for p in range(4)])
+
+
+async def test_repeated_fetch_partitions_are_stored_once_per_segment(tmp_path: Path) -> None:
+    from kproxy.obs.trace_segments import COLUMNS
+
+    # Three high watermarks in 300 responses: three distinct partitions texts.
+    events = [idle_fetch_response(i, 40 + i // 100) for i in range(300)]
+    as_json = orjson.loads(orjson.dumps(events))
+    text = len(orjson.dumps(events[0]["partitions"]))
+    assert text > 1000
+    rows = [[filled(e)[name] for name, _ in COLUMNS] for e in events]
+    # Each text once, then a 4-byte code per row (a plain json block: the text per row).
+    assert len(encode_segment(rows)) < 3 * text + 300 * 120
+
+    jsonl, segments = tmp_path / "jsonl", tmp_path / "segments"
+    await write_all(TraceWriter(jsonl, level="records", fmt="jsonl", proxy_id="idle"), orjson.loads(orjson.dumps(events)))
+    await write_all(TraceWriter(segments, level="records", fmt="segments", proxy_id="idle"),
+                    orjson.loads(orjson.dumps(events)))
+    (path,) = trace_files(segments)
+    assert path.stat().st_size < len(SegmentFile(path).segments) * 3 * text + 300 * 120 + 4096
+    got = list(iter_trace_events(segments))
+    assert got == [filled(e) for e in iter_trace_events(jsonl)]
+    # Readers may change what they get: no two events share a parsed partitions list.
+    got[0]["partitions"][0]["records"].append("x")
+    assert got[1]["partitions"][0]["records"] == []
+    batch = segment_to_arrow(SegmentFile(path), 0)
+    assert [orjson.loads(c) for c in batch.column("partitions").to_pylist()] == [
+        e["partitions"] for e in as_json[: batch.num_rows]]
+
+
 # ---- a real proxy, killed mid-run, read back with `kproxy trace export` -----------------
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Versions the readers still accept: 1 had no close events, 2 carried decoded
 # records in the event, 3 carries batch headers and points at the raw batches
 # in a side file, 4 has 3's fields and adds the fixed-layout segment file
 # (kproxy/obs/trace_segments.py: columns in EVENT order, nested fields as
-# JSON text) beside JSON Lines and Parquet.
-READABLE_VERSIONS = (1, 2, 3, 4)
+# JSON text) beside JSON Lines and Parquet, 5 has 4's fields and lets a
+# segment store a nested column's repeated texts once (a dictionary block).
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
 @dataclass(frozen=True)

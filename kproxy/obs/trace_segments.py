@@ -32,7 +32,12 @@ File layout (little-endian):
           (0 where null)
       kind string: u32 dictionary size, u32 byte length of each entry,
           the UTF-8 entries, then one int32 code per row (-1: null)
-      kind json: int32 byte length per row (-1: null), then the JSON texts
+      kind json: int32 byte length per row (-1: null), then the JSON texts;
+          or (tag 3, version 5) dictionary-encoded like a string column:
+          u32 dictionary size, u32 byte length of each entry, the entries,
+          then one int32 code per row (-1: null). The writer uses it when a
+          text repeats within the segment: an idle consumer's Fetch
+          responses carry the same partitions text hundreds of times.
 
 Kinds come from `trace_schema.EVENT`: a field of an array or struct type is
 stored as its JSON text (the same text a JSONL trace holds for it).
@@ -143,6 +148,20 @@ def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> None:
             out.append(b"\x00")
             return
         blobs = list(map(_json_cell, cells))
+        entries = dict.fromkeys(blobs)
+        entries.pop(None, None)
+        if len(entries) < len(blobs) - blobs.count(None):
+            # Repeated texts (an idle consumer's Fetch responses within one
+            # flush batch: the same partitions, offsets and aborted lists)
+            # are stored once, as strings are.
+            index = {blob: i for i, blob in enumerate(entries)}
+            index[None] = -1
+            out.append(b"\x03")
+            out.append(_U32.pack(len(entries)))
+            out.append(array("I", map(len, entries)).tobytes())
+            out.append(b"".join(entries))
+            out.append(array("i", map(index.__getitem__, blobs)).tobytes())
+            return
         out.append(b"\x01")
         out.append(array("i", [-1 if b is None else len(b) for b in blobs]).tobytes())
         out.append(b"".join([b for b in blobs if b is not None]))
@@ -279,7 +298,7 @@ def decode_payload(payload: memoryview, columns: Sequence[tuple[str, str]], wher
             if tag == 0:
                 out.append([None] * n)
                 continue
-            if tag not in (1, 2):
+            if tag not in (1, 2) and not (tag == 3 and kind == "json"):
                 raise SegmentError(f"{where}: column {_name!r}: unknown block tag {tag}")
             if kind == "string":
                 (size,) = _U32.unpack_from(payload, pos)
@@ -290,6 +309,21 @@ def decode_payload(payload: memoryview, columns: Sequence[tuple[str, str]], wher
                 texts = []
                 for length in lengths:
                     texts.append(str(payload[pos : pos + length], "utf-8", "surrogatepass"))
+                    pos += length
+                codes = array("i")
+                codes.frombytes(payload[pos : pos + 4 * n])
+                pos += 4 * n
+                texts.append(None)  # code -1
+                out.append([texts[c] for c in codes])
+            elif tag == 3:  # json, dictionary-encoded
+                (size,) = _U32.unpack_from(payload, pos)
+                pos += 4
+                lengths = array("I")
+                lengths.frombytes(payload[pos : pos + 4 * size])
+                pos += 4 * size
+                texts = []
+                for length in lengths:
+                    texts.append(bytes(payload[pos : pos + length]))
                     pos += length
                 codes = array("i")
                 codes.frombytes(payload[pos : pos + 4 * n])
