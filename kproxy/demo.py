@@ -8,7 +8,11 @@ are the ones that make that scenario's fault observable in a short run.
 
 The broker is either one kproxy starts (`broker=KIND`, stopped at the end)
 or one it did not (`bootstrap="host:port"`: the user's cluster, or a broker
-shared by several runs). Either way a run creates only its own topics, named
+shared by several runs). A secured cluster is reached as `kproxy run` reaches
+it: TLS towards the brokers with `upstream_tls` (the proxy's options, and the
+demo's own identification of the broker), SASL passed through from the
+clients, whose settings (`client_config`) reach every client of the
+workload. Either way a run creates only its own topics, named
 with a prefix fresh per run, and its own groups and transactional ids under
 the same prefix; it deletes and alters nothing.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +29,7 @@ from typing import Any
 from kproxy.brokers import check_broker, start_broker
 from kproxy.brokers.identify import BrokerIdentity, identify
 from kproxy.prereqs import check_spark_prerequisites
-from kproxy.proxy_process import start_proxy
+from kproxy.proxy_process import UpstreamTlsFiles, start_proxy
 from kproxy.resources import shipped
 
 DEFAULT_SCENARIO = "torn-transaction"
@@ -121,6 +125,8 @@ def run_demo(
     spark: Any = None,
     client: str = "confluent-kafka",
     profile: WorkloadProfile | None = None,
+    upstream_tls: UpstreamTlsFiles | None = None,
+    client_config: Mapping[str, str] | None = None,
 ) -> DemoResult:
     """Run one scenario end to end and return its report.
 
@@ -130,12 +136,17 @@ def run_demo(
     spark: an existing SparkSession for the analysis (tests share one).
     client: the workload's client library (kproxy.workload.config.CLIENTS).
     profile: the workload instead of the scenario's (`duration` still applies).
+    upstream_tls: TLS towards the `bootstrap` cluster (`kproxy run --upstream-tls ...`).
+    client_config: settings of every workload client (SASL for a SASL cluster; the
+    clients reach the proxy's plaintext loopback listener, so SASL_PLAINTEXT).
     """
     from kproxy.workload.config import WorkloadConfig
     from kproxy.workload.runner import run_workload
 
     if broker is not None and bootstrap is not None:
         raise ValueError("give a broker kind to start or a bootstrap address, not both")
+    if upstream_tls is not None and bootstrap is None:
+        raise ValueError("TLS towards the broker needs a bootstrap address: the embedded brokers speak plaintext")
     if rules_file is None:
         available = scenarios(rules_directory)
         if scenario not in available:
@@ -155,7 +166,8 @@ def run_demo(
         binary_version = check_broker(kind)  # a binary that cannot run here fails now, before anything starts
     else:
         assert bootstrap is not None
-        identity = identify(bootstrap)  # an unreachable or unreadable broker fails now too
+        # An unreachable or unreadable broker (a TLS handshake that fails) fails now too.
+        identity = identify(bootstrap, tls=upstream_tls.settings() if upstream_tls is not None else None)
     prefix = topic_prefix or fresh_topic_prefix()
     profile = profile or profile_for(scenario)
     if duration is not None:
@@ -173,7 +185,8 @@ def run_demo(
         stop_broker = embedded.stop
     else:
         assert bootstrap is not None and identity is not None
-        say(f"[1/4] using the broker at {bootstrap}: {identity.describe()}; this run's topics are {prefix}-*")
+        over = " over TLS" if upstream_tls is not None else ""
+        say(f"[1/4] using the broker at {bootstrap}{over}: {identity.describe()}; this run's topics are {prefix}-*")
         upstream = bootstrap
     try:
         if identity is None:
@@ -183,6 +196,8 @@ def run_demo(
         args = ["--rules", str(rules), "--seed", str(seed), "--traces", str(traces), "--trace-level", "records"]
         if guard:
             args.append("--guard")
+        if upstream_tls is not None:
+            args += upstream_tls.run_args()
         proxy = start_proxy(upstream, *args, log_path=out_dir / "kproxy.log")
         try:
             say(
@@ -201,6 +216,7 @@ def run_demo(
                 max_txn_length=profile.max_txn_length,
                 key_count=profile.key_count,
                 topic_prefix=prefix,
+                client_config=dict(client_config or {}),
             )
             run_workload(config, history, progress=progress)
         finally:

@@ -10,9 +10,41 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kproxy.brokers import BrokerError, free_port, stop_process, wait_for_port
 from kproxy.brokers.process import free_port_block
+
+if TYPE_CHECKING:
+    from kproxy.io.tls import UpstreamTls
+
+
+@dataclass(frozen=True)
+class UpstreamTlsFiles:
+    """TLS towards brokers as `kproxy run --upstream-tls` is told it: the files, passed on to a proxy
+    started as a child process, and the settings they make, for kproxy's own connections to the
+    cluster (identifying the broker before a run)."""
+
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    skip_hostname_check: bool = False
+
+    def run_args(self) -> list[str]:
+        """The `kproxy run` options that say the same."""
+        args = ["--upstream-tls"]
+        for option, path in (("--upstream-ca", self.ca), ("--upstream-cert", self.cert), ("--upstream-key", self.key)):
+            if path is not None:
+                args += [option, str(Path(path).absolute())]
+        if self.skip_hostname_check:
+            args.append("--upstream-skip-hostname-check")
+        return args
+
+    def settings(self) -> UpstreamTls:
+        """The TLS context; TlsConfigError naming the file when one cannot be used."""
+        from kproxy.io.tls import client_context
+
+        return client_context(self.ca, self.cert, self.key, check_hostname=not self.skip_hostname_check)
 
 
 @dataclass

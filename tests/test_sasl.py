@@ -153,3 +153,30 @@ def test_workload_against_a_sasl_ssl_listener(proxy_factory, noida_broker, pki, 
     assert result.exit_code == 0, result.output
     assert validate_history(history).ops > 20
     assert password.encode() not in history.read_bytes()
+
+
+# A second whole demo is too dear for the default suite: the demo hands `client_config` to the
+# workload as is, and the workload's own SASL test above runs by default.
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(300)  # a whole demo, its analysis included
+def test_kproxy_demo_passes_sasl_settings_to_every_client(spark, noida_broker, tmp_path) -> None:
+    """`kproxy demo --bootstrap --client-config`: every client of the workload authenticates through the
+    demo's proxy, and the password is in none of the demo's outputs."""
+    from kproxy.demo import WorkloadProfile, rules_dir, run_demo
+
+    password = f"pw-{uuid.uuid4().hex}"
+    sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": USER, "sasl.password": password}
+    out = tmp_path / "demo"
+    result = run_demo("healthy", out, bootstrap=noida_broker.bootstrap, rules_file=rules_dir() / "healthy.yaml",
+                      spark=spark, say=lambda line: None, progress=False, client_config=sasl,
+                      profile=WorkloadProfile(concurrency=2, duration=2))
+    assert result.report["stats"]["completed_ops"] > 5
+    events = trace_events(out / "traces")
+    authenticated = {e["conn_id"] for e in events if e["api"] == "sasl_authenticate" and e["direction"] == "response"
+                     and e["error_code"] == 0}
+    talked = {e["conn_id"] for e in events if e["api"] in ("produce", "fetch", "metadata", "create_topics")}
+    assert talked and talked <= authenticated, "a connection of the workload did not authenticate"
+    for path, data in _outputs(out).items():
+        assert all(form not in data for form in _secret_forms(password)), path

@@ -322,3 +322,54 @@ def test_mutual_tls_towards_the_broker(proxy_factory, pki, topic_name, tmp_path)
         wait_until(lambda: f"broker {strict.bootstrap} connection failed: TLS connection failed" in anonymous.log_text()
                    and "CERTIFICATE_REQUIRED" in anonymous.log_text(), what="the broker's refusal in the log")
         assert anonymous.alive() and proxy.alive()
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)  # a whole demo, its analysis included
+def test_kproxy_demo_against_a_tls_cluster(spark, secure_broker, pki, tmp_path) -> None:
+    """`kproxy demo --bootstrap` with the proxy's upstream TLS options: the demo identifies the broker over
+    TLS, its proxy opens TLS to every broker, and the run goes through."""
+    from kproxy.demo import rules_dir, run_demo
+    from kproxy.proxy_process import UpstreamTlsFiles
+
+    said: list[str] = []
+    out = tmp_path / "demo"
+    result = run_demo("healthy", out, bootstrap=secure_broker.bootstrap, rules_file=rules_dir() / "healthy.yaml",
+                      duration=3, spark=spark, say=said.append, progress=False, upstream_tls=UpstreamTlsFiles(pki.ca))
+    assert result.exit_code in (0, 1), said
+    assert f"using the broker at {secure_broker.bootstrap} over TLS: tansu" in "\n".join(said)
+    assert result.report["broker"]["software"] == "tansu"
+    assert result.report["stats"]["completed_ops"] > 10
+    log = (out / "kproxy.log").read_text()
+    assert "TLS handshake" not in log, log[-2000:]
+    # Every client reached the broker only through the proxy's TLS connections.
+    events = trace_events(out / "traces")
+    assert {e["api"] for e in events} >= {"produce", "fetch", "end_txn"}
+    assert all(e["error_code"] == 0 for e in events if e["api"] == "produce" and e["direction"] == "response")
+
+
+def test_kproxy_demo_takes_the_proxys_upstream_tls_options(secure_broker, pki, tmp_path) -> None:
+    """The demo's TLS options are `kproxy run`'s, refused alike; the CA reaches the demo's own connection."""
+    from click.testing import CliRunner
+
+    from kproxy.cli import main
+
+    out = tmp_path / "o"
+    base = ["demo", "--out", str(out), "--no-progress"]
+    cases = [
+        (["--bootstrap", secure_broker.bootstrap, "--upstream-ca", str(pki.ca)], 2,
+         "--upstream-ca applies to TLS towards brokers: add --upstream-tls"),
+        (["--upstream-tls"], 2, "--upstream-tls is for a cluster of your own (--bootstrap HOST:PORT)"),
+        (["--bootstrap", secure_broker.bootstrap, "--upstream-tls", "--upstream-ca", str(tmp_path / "none.pem")], 1,
+         f"{tmp_path / 'none.pem'}: no such file (--upstream-ca)"),
+        (["--bootstrap", secure_broker.bootstrap, "--client-config", "no-equals-sign"], 2, "--client-config"),
+        # Reaching the broker: a CA that did not sign its certificate, then no TLS at all.
+        (["--bootstrap", secure_broker.bootstrap, "--upstream-tls", "--upstream-ca", str(pki.other_ca)], 3,
+         f"TLS handshake with the broker at {secure_broker.bootstrap} failed: certificate verification failed"),
+        (["--bootstrap", secure_broker.bootstrap], 3, "does it speak TLS? then add --upstream-tls"),
+    ]
+    for args, code, words in cases:
+        result = CliRunner().invoke(main, [*base, *args])
+        assert result.exit_code == code, (args, result.output)
+        assert words in result.output, (args, result.output)
+    assert not out.exists()

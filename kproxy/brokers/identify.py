@@ -14,11 +14,14 @@ from __future__ import annotations
 import socket
 import struct
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kproxy.brokers.process import BrokerError
 from kproxy.protocol import apis
 from kproxy.protocol.codec import decode_response, encode_request
+
+if TYPE_CHECKING:
+    from kproxy.io.tls import UpstreamTls
 
 CLIENT_ID = "kproxy-identify"
 UNSUPPORTED_VERSION = 35
@@ -75,12 +78,24 @@ class BrokerIdentity:
 
 
 class _Connection:
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+    def __init__(self, host: str, port: int, timeout: float, tls: UpstreamTls | None = None) -> None:
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             raise BrokerError(f"cannot connect to the broker at {host}:{port}: {exc.strerror or exc}") from None
-        self.sock.settimeout(timeout)
+        sock.settimeout(timeout)
+        self.tls = tls
+        if tls is not None:
+            # As the proxy does: the bootstrap host is the name sent (SNI) and verified.
+            from kproxy.io.tls import classify
+
+            try:
+                sock = tls.context.wrap_socket(sock, server_hostname=host)
+            except (OSError, ValueError) as exc:
+                sock.close()
+                _, reason = classify(exc)
+                raise BrokerError(f"TLS handshake with the broker at {host}:{port} failed: {reason}") from None
+        self.sock = sock
         self.correlation = 0
 
     def close(self) -> None:
@@ -91,7 +106,8 @@ class _Connection:
         while n:
             chunk = self.sock.recv(n)
             if not chunk:
-                raise BrokerError("the broker closed the connection while answering")
+                hint = "" if self.tls is not None else " (does it speak TLS? then add --upstream-tls)"
+                raise BrokerError(f"the broker closed the connection while answering{hint}")
             chunks.append(chunk)
             n -= len(chunk)
         return b"".join(chunks)
@@ -174,10 +190,10 @@ def _software(table: dict[int, tuple[int, int]], features: dict[str, int]) -> tu
     return "unknown", None, f"ApiVersions table of {len(table)} APIs matches no recorded broker"
 
 
-def identify(bootstrap: str, timeout: float = 5.0) -> BrokerIdentity:
-    """Ask the broker at `bootstrap` what it is; BrokerError when it cannot be reached or read."""
+def identify(bootstrap: str, timeout: float = 5.0, tls: UpstreamTls | None = None) -> BrokerIdentity:
+    """Ask the broker at `bootstrap` what it is (over TLS with `tls`); BrokerError when it cannot be reached or read."""
     host, port = _host_port(bootstrap)
-    conn = _Connection(host, port, timeout)
+    conn = _Connection(host, port, timeout, tls)
     try:
         versions = _api_versions(conn)
         table = {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in versions.api_keys}

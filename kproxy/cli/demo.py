@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from kproxy.brokers import KINDS
+from kproxy.cli.options import client_config_option, upstream_tls_files, upstream_tls_options
 from kproxy.demo import DEFAULT_BROKER, DEFAULT_SCENARIO, profile_for, run_demo, scenarios
 from kproxy.workload.config import CLIENTS
 
@@ -22,6 +23,9 @@ from kproxy.workload.config import CLIENTS
 @click.option("--bootstrap", default=None, metavar="HOST:PORT",
               help="Run against this broker or cluster instead of starting one. The demo creates only "
                    "its own kproxy-demo-* topics and touches nothing else.")
+@upstream_tls_options
+@client_config_option("The clients reach the proxy on loopback in plaintext: with SASL, "
+                      "security.protocol=SASL_PLAINTEXT (the proxy speaks TLS to the cluster).")
 @click.option("--client", type=click.Choice(CLIENTS), default="confluent-kafka", show_default=True,
               help="Client library of the workload (java: Apache Kafka's own, the one with transaction version 2).")
 @click.option("--rules", "rules_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
@@ -42,7 +46,8 @@ from kproxy.workload.config import CLIENTS
               help="Where scenario files live (default: the scenarios shipped with kproxy).")
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def demo(scenario, broker_kind, bootstrap, client, rules_file, processes, max_txn_length, keys, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
+def demo(scenario, broker_kind, bootstrap, upstream_tls, upstream_ca, upstream_cert, upstream_key,  # noqa: ANN001
+         upstream_skip_hostname_check, client_config, client, rules_file, processes, max_txn_length, keys, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
     """Start a broker (or use --bootstrap) and the proxy with a scenario's rules,
     run the workload, analyse history and traces, and print what went wrong
     and why.
@@ -65,6 +70,10 @@ def demo(scenario, broker_kind, bootstrap, client, rules_file, processes, max_tx
         raise click.BadParameter(f"{bootstrap!r} is not one HOST:PORT", param_hint="--bootstrap")
     if scenario not in available:
         raise click.BadParameter(f"unknown scenario; choose one of: {', '.join(available)}", param_hint="--scenario")
+    tls_files = upstream_tls_files(upstream_tls, upstream_ca, upstream_cert, upstream_key, upstream_skip_hostname_check)
+    if tls_files is not None and bootstrap is None:
+        raise click.UsageError("--upstream-tls is for a cluster of your own (--bootstrap HOST:PORT): "
+                               "the embedded brokers speak plaintext")
     _require_prerequisites("demo")
     if out_dir is None:
         out_dir = Path("demo-out") / f"{scenario}{'-guard' if guard else ''}-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -84,6 +93,7 @@ def demo(scenario, broker_kind, bootstrap, client, rules_file, processes, max_tx
             scenario, out_dir, guard=guard, seed=seed, duration=duration, rules_directory=rules_dir,
             say=lambda line: click.echo(line), progress=not no_progress,
             broker=broker_kind, bootstrap=bootstrap, client=client, rules_file=rules_file, profile=profile,
+            upstream_tls=tls_files, client_config=client_config,
         )
     except Exception as exc:  # report, don't dump a trace at a new user
         click.echo(f"demo failed: {exc}", err=True)

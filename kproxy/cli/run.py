@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 import trio
 
+from kproxy.cli.options import upstream_tls_files, upstream_tls_options
 from kproxy.faults.errors import RuleFileError
 from kproxy.faults.limits import MAX_SEED
 from kproxy.io.admin_token import AdminTokenError, read_token, write_new_token
@@ -76,18 +77,7 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
               help="PEM private key of --tls-cert.")
 @click.option("--tls-client-ca", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Require client certificates signed by a CA in this PEM bundle (mutual TLS towards clients).")
-@click.option("--upstream-tls", is_flag=True,
-              help="Connect to brokers with TLS, verifying each broker's certificate against the name it "
-                   "advertises (also sent as SNI).")
-@click.option("--upstream-ca", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="PEM CA bundle that brokers' certificates must chain to (default: the system's CAs).")
-@click.option("--upstream-cert", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="PEM client certificate for brokers that require mutual TLS (with --upstream-key).")
-@click.option("--upstream-key", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="PEM private key of --upstream-cert.")
-@click.option("--upstream-skip-hostname-check", is_flag=True,
-              help="Accept a broker certificate that does not name the broker (the chain is still verified). "
-                   "For test clusters only.")
+@upstream_tls_options
 @click.option("--max-frame-bytes", type=int, default=DEFAULT_MAX_FRAME_BYTES, show_default=True,
               help="Close a connection that announces a larger frame (Kafka's socket.request.max.bytes).")
 @click.option("--connect-timeout", type=float, default=10.0, show_default=True,
@@ -190,21 +180,9 @@ def _tls_settings(tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, u
         raise click.UsageError("--tls-cert and --tls-key go together: the listeners' certificate and its private key")
     if tls_client_ca is not None and tls_cert is None:
         raise click.UsageError("--tls-client-ca needs --tls-cert and --tls-key: client certificates are asked for over TLS")
-    upstream_files = {"--upstream-ca": upstream_ca, "--upstream-cert": upstream_cert, "--upstream-key": upstream_key}
-    if not upstream_tls:
-        given = [name for name, value in upstream_files.items() if value is not None]
-        if skip_hostname_check:
-            given.append("--upstream-skip-hostname-check")
-        if given:
-            verb = "applies" if len(given) == 1 else "apply"
-            raise click.UsageError(f"{', '.join(given)} {verb} to TLS towards brokers: add --upstream-tls")
+    upstream = upstream_tls_files(upstream_tls, upstream_ca, upstream_cert, upstream_key, skip_hostname_check)
     try:
         client = tls.server_context(tls_cert, tls_key, tls_client_ca) if tls_cert is not None else None
-        upstream = (
-            tls.client_context(upstream_ca, upstream_cert, upstream_key, check_hostname=not skip_hostname_check)
-            if upstream_tls
-            else None
-        )
     except tls.TlsConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    return client, upstream
+    return client, upstream.settings() if upstream is not None else None

@@ -7,20 +7,8 @@ from pathlib import Path
 
 import click
 
+from kproxy.cli.options import client_config_option, parse_settings
 from kproxy.workload.config import CLIENTS, WorkloadConfig
-
-
-def _settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
-    from kproxy.workload.clients.base import parse_setting
-
-    out = {}
-    for text in values:
-        try:
-            key, value = parse_setting(text)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), ctx, param) from None
-        out[key] = value
-    return out
 
 
 @click.command()
@@ -67,13 +55,10 @@ def _settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
               help="Bound of flush, commit, abort and other blocking client calls.")
 @click.option("--final-reads-timeout", type=float, default=10.0, show_default=True, metavar="SECONDS",
               help="How long the final reads may take to read every key back.")
-@click.option("--client-config", multiple=True, callback=_settings, metavar="KEY=VALUE",
-              help="Setting of every client the run makes, the admin client that creates topics included, in the "
-                   "client's own naming (repeatable): security.protocol, SASL and CA settings for a secured "
-                   "cluster (docs/security.md). --producer-config and --consumer-config win over it.")
-@click.option("--producer-config", multiple=True, callback=_settings, metavar="KEY=VALUE",
+@client_config_option("--producer-config and --consumer-config win over it.")
+@click.option("--producer-config", multiple=True, callback=parse_settings, metavar="KEY=VALUE",
               help="Producer setting in the client's own naming (repeatable); overrides the safe defaults.")
-@click.option("--consumer-config", multiple=True, callback=_settings, metavar="KEY=VALUE",
+@click.option("--consumer-config", multiple=True, callback=parse_settings, metavar="KEY=VALUE",
               help="Consumer setting in the client's own naming (repeatable); overrides the safe defaults.")
 @click.option("--no-progress", is_flag=True, help="No progress bar on stderr.")
 @click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug).")

@@ -1,0 +1,87 @@
+"""Options that several commands share, defined and checked once.
+
+The upstream TLS options are `kproxy run`'s; `kproxy demo --bootstrap` takes
+the same ones for the user's cluster and hands them to the proxy it starts,
+so both commands accept and refuse the same things with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kproxy.proxy_process import UpstreamTlsFiles
+
+_FILE = click.Path(dir_okay=False, path_type=Path)
+
+_UPSTREAM_TLS = (
+    click.option("--upstream-tls", is_flag=True,
+                 help="Connect to brokers with TLS, verifying each broker's certificate against the name it "
+                      "advertises (also sent as SNI)."),
+    click.option("--upstream-ca", type=_FILE, default=None, metavar="FILE",
+                 help="PEM CA bundle that brokers' certificates must chain to (default: the system's CAs)."),
+    click.option("--upstream-cert", type=_FILE, default=None, metavar="FILE",
+                 help="PEM client certificate for brokers that require mutual TLS (with --upstream-key)."),
+    click.option("--upstream-key", type=_FILE, default=None, metavar="FILE",
+                 help="PEM private key of --upstream-cert."),
+    click.option("--upstream-skip-hostname-check", is_flag=True,
+                 help="Accept a broker certificate that does not name the broker (the chain is still verified). "
+                      "For test clusters only."),
+)
+
+
+def upstream_tls_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --upstream-tls, --upstream-ca, --upstream-cert, --upstream-key and --upstream-skip-hostname-check."""
+    for option in reversed(_UPSTREAM_TLS):
+        command = option(command)
+    return command
+
+
+def upstream_tls_files(upstream_tls: bool, upstream_ca: Path | None, upstream_cert: Path | None,
+                       upstream_key: Path | None, upstream_skip_hostname_check: bool) -> UpstreamTlsFiles | None:
+    """The upstream TLS options, checked: None without --upstream-tls; a usage error for a file option
+    without it; a clear error naming the file for a certificate, key or CA that cannot be used."""
+    from kproxy.io import tls
+
+    if not upstream_tls:
+        given = [name for name, value in (("--upstream-ca", upstream_ca), ("--upstream-cert", upstream_cert),
+                                          ("--upstream-key", upstream_key)) if value is not None]
+        if upstream_skip_hostname_check:
+            given.append("--upstream-skip-hostname-check")
+        if given:
+            verb = "applies" if len(given) == 1 else "apply"
+            raise click.UsageError(f"{', '.join(given)} {verb} to TLS towards brokers: add --upstream-tls")
+        return None
+    files = UpstreamTlsFiles(upstream_ca, upstream_cert, upstream_key, upstream_skip_hostname_check)
+    try:
+        files.settings()  # reads every file now, before anything starts
+    except tls.TlsConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    return files
+
+
+def parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """KEY=VALUE options into a dict (a callback)."""
+    from kproxy.workload.clients.base import parse_setting
+
+    out = {}
+    for text in values:
+        try:
+            key, value = parse_setting(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+        out[key] = value
+    return out
+
+
+def client_config_option(more_help: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--client-config KEY=VALUE: a setting of every client a run makes (a secured cluster's SASL and TLS)."""
+    return click.option(
+        "--client-config", multiple=True, callback=parse_settings, metavar="KEY=VALUE",
+        help="Setting of every client the run makes, the admin client that creates topics included, in the "
+             "client's own naming (repeatable): security.protocol, SASL and CA settings for a secured "
+             "cluster (docs/security.md)." + (f" {more_help}" if more_help else ""),
+    )
