@@ -373,3 +373,38 @@ def test_kproxy_demo_takes_the_proxys_upstream_tls_options(secure_broker, pki, t
         assert result.exit_code == code, (args, result.output)
         assert words in result.output, (args, result.output)
     assert not out.exists()
+
+
+def test_readyz_means_the_broker_can_be_reached_over_tls(proxy_factory, secure_broker, pki, tmp_path) -> None:
+    """With --upstream-tls, /readyz is ready only when the proxy's own TLS settings reach the broker:
+    a broker that accepts TCP but whose certificate or demands the proxy cannot meet is unready."""
+    import httpx
+
+    def readyz(proxy: ProxyProcess) -> tuple[int, dict]:
+        answer = httpx.get(f"{proxy.admin_url}/readyz", timeout=10)
+        return answer.status_code, answer.json()
+
+    good = proxy_factory("--upstream-tls", "--upstream-ca", str(pki.ca), upstream=secure_broker.bootstrap)
+    code, body = readyz(good)
+    assert (code, body["status"], body["upstream_errors"]) == (200, "ready", {}), body
+    assert body["upstreams_reachable"][secure_broker.bootstrap] is True
+
+    unsigned = proxy_factory("--upstream-tls", "--upstream-ca", str(pki.other_ca), upstream=secure_broker.bootstrap)
+    misnamed_at = secure_broker.bootstrap.replace("localhost", "127.0.0.1")
+    misnamed = proxy_factory("--upstream-tls", "--upstream-ca", str(pki.ca), upstream=misnamed_at)
+    for proxy, at, words in ((unsigned, secure_broker.bootstrap, "unable to get local issuer certificate"),
+                             (misnamed, misnamed_at, "IP address mismatch")):
+        code, body = readyz(proxy)
+        assert (code, body["status"], body["upstreams_reachable"]) == (503, "unready", {at: False}), body
+        assert "TLS handshake failed: certificate verification failed" in body["upstream_errors"][at], body
+        assert words in body["upstream_errors"][at], body
+
+    # A broker that requires a client certificate refuses one after the handshake (TLS 1.3).
+    with tls_broker(tmp_path, pki, require_client_cert=True) as strict:
+        anonymous = proxy_factory("--upstream-tls", "--upstream-ca", str(pki.ca), upstream=strict.bootstrap)
+        code, body = readyz(anonymous)
+        assert (code, body["status"]) == (503, "unready"), body
+        assert "CERTIFICATE_REQUIRED" in body["upstream_errors"][strict.bootstrap], body
+        with_cert = proxy_factory("--upstream-tls", "--upstream-ca", str(pki.ca), "--upstream-cert",
+                                  str(pki.client.cert), "--upstream-key", str(pki.client.key), upstream=strict.bootstrap)
+        assert readyz(with_cert)[0] == 200

@@ -50,7 +50,11 @@ def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) 
         # refuse clients, so a load balancer should send them elsewhere meanwhile.
         ready, brokers = await proxy.readiness()
         return JSONResponse(
-            {"status": "ready" if ready else "unready", "upstreams_reachable": brokers},
+            {
+                "status": "ready" if ready else "unready",
+                "upstreams_reachable": {name: why is None for name, why in brokers.items()},
+                "upstream_errors": {name: why for name, why in brokers.items() if why is not None},
+            },
             status_code=200 if ready else 503,
         )
 

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from kproxy.faults.engine import CompiledRuleFile, FaultEngine
 from kproxy.faults.model import RuleFile
-from kproxy.io import net
+from kproxy.io import net, readiness
 from kproxy.io.config import ProxyConfig
 from kproxy.io.connection import ClientConnection
 from kproxy.io.ghost import GhostLink
@@ -46,27 +46,8 @@ ACCEPT_BACKOFF_SECONDS = (0.05, 1.0)
 ACCEPT_LOG_SECONDS = 10.0
 
 
-# Readiness: how long a broker may take to accept a TCP connection, and how long an answer is reused.
-READY_PROBE_TIMEOUT = 0.5
+# Readiness: how long an answer is reused (the probe itself: kproxy/io/readiness.py).
 READY_CACHE_SECONDS = 0.25
-
-
-async def _accepts_connections(endpoint: Endpoint, timeout: float) -> bool:
-    """A bare TCP connect (no TLS, no Kafka request): is anything listening there?"""
-    with trio.move_on_after(timeout):
-        try:
-            infos = await trio.socket.getaddrinfo(endpoint.host, endpoint.port, type=socket.SOCK_STREAM)
-        except OSError:
-            return False
-        for family, type_, proto, _, addr in infos:
-            sock = trio.socket.socket(family, type_, proto)
-            with sock:
-                try:
-                    await sock.connect(addr)
-                except OSError:
-                    continue
-                return True
-    return False
 
 
 class AcceptFailures:
@@ -129,7 +110,7 @@ class Proxy:
         self.response_frame_counters: dict[int, Any] = {}
         self.client_latency_histograms: dict[int, Any] = {}
         self.started = trio.Event()
-        self._readiness: tuple[float, bool, dict[str, bool]] | None = None
+        self._readiness: tuple[float, bool, dict[str, str | None]] | None = None
         self._readiness_lock = trio.Lock()
         self.inspector = Inspector(self)
         metrics.pending_requests.labels("in_flight").set_function(self.in_flight_count)
@@ -345,8 +326,9 @@ class Proxy:
                 elif idle_timeout and now - max(conn.last_read, conn.busy_at) > idle_timeout:
                     conn.close("idle_timeout", f"client sent nothing and awaited nothing for {idle_timeout:g}s")
 
-    async def readiness(self) -> tuple[bool, dict[str, bool]]:
-        """Whether any upstream broker accepts a TCP connection now, and each one's answer.
+    async def readiness(self) -> tuple[bool, dict[str, str | None]]:
+        """Whether any upstream broker can be reached now as the proxy forwards to it (TLS
+        included), and each one's answer: None when it can, else why not.
 
         Probed when asked (by /readyz), at most once per READY_CACHE_SECONDS,
         rather than by a task that would connect to the brokers all the time.
@@ -360,15 +342,15 @@ class Proxy:
             if cached is not None and trio.current_time() - cached[0] < READY_CACHE_SECONDS:
                 return cached[1], cached[2]
             endpoints = {str(e): e for e in (*self.config.upstreams, *self.addresses.upstream.values())}
-            answers: dict[str, bool] = {}
+            answers: dict[str, str | None] = {}
 
             async def probe(name: str, endpoint: Endpoint) -> None:
-                answers[name] = await _accepts_connections(endpoint, READY_PROBE_TIMEOUT)
+                answers[name] = await readiness.probe(endpoint, self.config.upstream_tls)
 
             async with trio.open_nursery() as nursery:
                 for name, endpoint in endpoints.items():
                     nursery.start_soon(probe, name, endpoint)
-            ready = self.started.is_set() and any(answers.values())
+            ready = self.started.is_set() and any(why is None for why in answers.values())
             self._readiness = (trio.current_time(), ready, answers)
         return ready, answers
 
