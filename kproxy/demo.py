@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kproxy.brokers import check_broker, start_broker
-from kproxy.brokers.identify import BrokerIdentity, identify
+from kproxy.brokers.identify import BrokerIdentity, identify, nodes_text
 from kproxy.prereqs import check_spark_prerequisites
 from kproxy.proxy_process import UpstreamTlsFiles, start_proxy
 from kproxy.resources import shipped
@@ -92,10 +92,9 @@ def broker_section(identity: BrokerIdentity, kind: str | None, binary_version: s
 def broker_line(section: dict[str, Any]) -> str:
     soft = section["software"]
     version = section.get("binary_version") or section.get("version")
-    nodes = section["nodes"]
     how = "started by kproxy" if section["started_by_kproxy"] else "not started by kproxy"
     return (f"broker: {soft}{' ' + version if version else ''} at {section['bootstrap']}, "
-            f"{nodes} node{'s' if nodes != 1 else ''}, {how} ({section['basis']})")
+            f"{nodes_text(section['nodes'])}, {how} ({section['basis']})")
 
 
 @dataclass

@@ -115,3 +115,28 @@ def test_scram_and_reauthentication_pass_through(sasl_kafka, tmp_path: Path) -> 
     for path, content in outputs.items():
         for secret in secrets:
             assert secret not in content, f"{path} holds the password"
+
+
+@pytest.mark.spark
+def test_kproxy_demo_against_a_listener_that_requires_authentication(sasl_kafka, spark, tmp_path: Path) -> None:
+    """A SASL listener answers ApiVersions before authentication and nothing else: the demo still tells
+    the software, leaves the nodes unknown, and its clients authenticate through its proxy."""
+    from kproxy.brokers.identify import UNAUTHENTICATED, identify
+    from kproxy.demo import WorkloadProfile, rules_dir, run_demo
+
+    cluster, sasl_bootstrap = sasl_kafka
+    who = identify(sasl_bootstrap)
+    assert who.software == "Apache Kafka" and who.nodes is None and UNAUTHENTICATED in who.basis
+    assert identify(cluster.bootstrap).nodes == 1  # the same node on its plaintext listener
+
+    out = tmp_path / "demo"
+    result = run_demo("healthy", out, bootstrap=sasl_bootstrap, rules_file=rules_dir() / "healthy.yaml",
+                      spark=spark, say=lambda line: None, progress=False, client_config=_sasl("SCRAM-SHA-256"),
+                      profile=WorkloadProfile(concurrency=2, duration=3))
+    assert result.summary.startswith(f"broker: Apache Kafka at {sasl_bootstrap}, nodes unknown, not started by kproxy")
+    assert result.report["broker"]["nodes"] is None
+    assert result.report["stats"]["completed_ops"] > 5
+    events = trace_events(out / "traces")
+    assert any(e["api"] == "sasl_authenticate" and e["direction"] == "response" and e["error_code"] == 0
+               for e in events)
+    assert all(PASSWORD.encode() not in path.read_bytes() for path in out.rglob("*") if path.is_file())

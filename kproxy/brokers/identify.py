@@ -50,7 +50,7 @@ class BrokerIdentity:
     software: str  # "tansu", "noida-db", "Apache Kafka", or "unknown"
     version: str | None  # as far as the wire tells it
     basis: str  # how the software was told
-    nodes: int
+    nodes: int | None  # None: the broker would not describe the cluster before authentication
     node_addresses: tuple[str, ...]
     cluster_id: str | None
     controller_id: int | None
@@ -59,8 +59,7 @@ class BrokerIdentity:
 
     def describe(self) -> str:
         soft = self.software + (f" {self.version}" if self.version else "")
-        return (f"{soft} at {self.bootstrap}: {self.nodes} node{'s' if self.nodes != 1 else ''}, "
-                f"cluster id {self.cluster_id or '?'} ({self.basis})")
+        return f"{soft} at {self.bootstrap}: {nodes_text(self.nodes)}, cluster id {self.cluster_id or '?'} ({self.basis})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +74,19 @@ class BrokerIdentity:
             "features": dict(self.features),
             "api_versions": {apis.api_name(k): [lo, hi] for k, (lo, hi) in sorted(self.api_versions.items())},
         }
+
+
+def nodes_text(nodes: int | None) -> str:
+    return "nodes unknown" if nodes is None else f"{nodes} node{'s' if nodes != 1 else ''}"
+
+
+class _Closed(BrokerError):
+    """The broker closed the connection instead of answering."""
+
+
+# What a SASL listener does to any request but ApiVersions and SaslHandshake before authentication.
+UNAUTHENTICATED = ("the broker closed the connection when asked to describe the cluster (it requires "
+                   "authentication first: a SASL listener?), so nodes and cluster id are unknown")
 
 
 class _Connection:
@@ -107,7 +119,7 @@ class _Connection:
             chunk = self.sock.recv(n)
             if not chunk:
                 hint = "" if self.tls is not None else " (does it speak TLS? then add --upstream-tls)"
-                raise BrokerError(f"the broker closed the connection while answering{hint}")
+                raise _Closed(f"the broker closed the connection while answering{hint}")
             chunks.append(chunk)
             n -= len(chunk)
         return b"".join(chunks)
@@ -120,6 +132,8 @@ class _Connection:
             self.sock.sendall(encode_request(request, self.correlation, CLIENT_ID))
             (size,) = struct.unpack(">i", self._read_exactly(4))
             payload = self._read_exactly(size)
+        except ConnectionError as exc:
+            raise _Closed(f"the broker closed the connection instead of answering {cls.__name__}: {exc}") from None
         except (OSError, socket.timeout) as exc:
             raise BrokerError(f"the broker did not answer {cls.__name__}: {exc}") from None
         version = cls.__version__ if version_of_reply is None else version_of_reply
@@ -198,12 +212,20 @@ def identify(bootstrap: str, timeout: float = 5.0, tls: UpstreamTls | None = Non
         versions = _api_versions(conn)
         table = {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in versions.api_keys}
         features = {f.name: int(f.max_version_level) for f in getattr(versions, "finalized_features", ())}
-        cluster_id, controller_id, nodes = _cluster(conn, table)
+        described = True
+        try:
+            cluster_id, controller_id, nodes = _cluster(conn, table)
+        except _Closed:
+            # ApiVersions is answered before SASL authentication, nothing else is: the
+            # software is still told; the cluster is for the clients, who authenticate.
+            described, cluster_id, controller_id, nodes = False, None, None, []
     finally:
         conn.close()
     software, version, basis = _software(table, features)
+    if not described:
+        basis = f"{basis}; {UNAUTHENTICATED}"
     return BrokerIdentity(
         bootstrap=bootstrap, software=software, version=version, basis=basis,
-        nodes=len(nodes), node_addresses=tuple(addr for _, addr in sorted(nodes)),
+        nodes=len(nodes) if described else None, node_addresses=tuple(addr for _, addr in sorted(nodes)),
         cluster_id=cluster_id, controller_id=controller_id, api_versions=table, features=features,
     )
