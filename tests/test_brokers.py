@@ -122,13 +122,6 @@ def test_each_direct_reproducer_shows_its_bug_on_its_broker_only(any_broker: Emb
     assert done.returncode == (1 if any_broker.kind == shows_on else 0), done.stdout + done.stderr
 
 
-def test_the_wire_tells_apache_kafka_and_its_transaction_version(kafka_broker):
-    who = identify(kafka_broker.bootstrap)
-    assert who.software == "Apache Kafka" and who.nodes == 1
-    assert who.features["metadata.version"] > 0
-    assert "transaction.version=" in who.basis  # 4.x: the feature that decides whether a stale EndTxn is fenced
-
-
 def test_kproxy_demo_refuses_a_bad_rule_file_with_its_line_before_starting_anything(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\nrules:\n  - id: x\n    action: delay\n    bogus: 1\n")

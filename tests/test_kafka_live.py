@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from kproxy.brokers import free_port, wait_for_port
+from kproxy.brokers.identify import identify
 from kproxy.brokers.kafka import KafkaBroker
 from kproxy.demo import run_demo
 from kproxy.proxy_process import running_proxy
@@ -94,6 +95,16 @@ def _run(kafka: KafkaBroker, tmp_path: Path, client, *extra: str):
     (copy,) = [e for e in events if e["api"] == "end_txn" and e["direction"] == "request" and e["copy"] == 1]
     replies = [e for e in events if e["api"] == "end_txn" and e["direction"] == "response" and e["copy"] == 1]
     return seen, fates(wire_log(events, topic)), copy, replies
+
+
+# Here rather than in test_brokers.py beside the embedded kinds: the suite
+# runs whole files on two workers, and a second file asking for the session's
+# Kafka would start a second Kafka (a JVM, 10-20 s) on the other worker.
+def test_the_wire_tells_apache_kafka_and_its_transaction_version(kafka_broker: KafkaBroker) -> None:
+    who = identify(kafka_broker.bootstrap)
+    assert who.software == "Apache Kafka" and who.nodes == 1
+    assert who.features["metadata.version"] > 0
+    assert "transaction.version=" in who.basis  # 4.x: the feature that decides whether a stale EndTxn is fenced
 
 
 def test_librdkafka_transaction_is_torn_on_kafka(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
