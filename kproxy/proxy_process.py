@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kproxy.brokers import BrokerError, free_port, stop_process, wait_for_port
-from kproxy.brokers.process import free_port_block
+from kproxy.brokers.process import free_port_block, spawn
 
 if TYPE_CHECKING:
     from kproxy.io.tls import UpstreamTls
@@ -93,10 +93,7 @@ def start_proxy(
     cmd = [sys.executable, "-m", "kproxy", "run", "--upstream", upstream, "--listen", f"{host}:{listen_port}"]
     cmd += ["--admin", f"{admin_bind or host}:{admin_port}"] if admin else ["--no-admin"]
     cmd += list(extra_args)
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ))
-    if log_path:
-        out.close()
+    proc = spawn(cmd, log_path, env=dict(os.environ))
     handle = ProxyProcess(listen_port, admin_port, proc, log_path, host)
     try:
         wait_for_port(host, listen_port, startup_timeout)

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from kproxy.brokers import BrokerError, free_port, start_broker, stop_process, wait_for_port
+from kproxy.brokers import BrokerError, free_port, start_broker
+from kproxy.brokers.process import running_process
 
-HAPROXY_CONFIG = """\
+# What every HAProxy kproxy runs shares: TCP mode, Kafka-length client and server timeouts.
+HAPROXY_GLOBALS = """\
 global
     maxconn 4096
 defaults
@@ -31,6 +33,9 @@ defaults
     timeout connect 5s
     timeout client 120s
     timeout server 120s
+"""
+
+HAPROXY_CONFIG = HAPROXY_GLOBALS + """\
 frontend kafka
     bind {host}:{port}
     default_backend broker
@@ -46,22 +51,22 @@ def haproxy_binary() -> str:
     return path
 
 
+def running_haproxy(config: Path, log_path: Path, host: str, ports: Sequence[int]) -> AbstractContextManager[object]:
+    """HAProxy with `config` while a `with` block lasts, once every one of `ports` listens."""
+    # -db: stay in the foreground, so stopping this process stops HAProxy.
+    return running_process([haproxy_binary(), "-db", "-f", str(config)], log_path, host, ports, 10.0)
+
+
 @contextlib.contextmanager
 def haproxy_path(work: Path, host: str = "127.0.0.1") -> Iterator[str]:
     """A second embedded broker behind HAProxy; yields the bootstrap address clients use."""
-    binary = haproxy_binary()
+    haproxy_binary()  # missing: fail before the broker starts
     port = free_port(host)
     broker = start_broker(host, advertise=host, advertise_port=port, log_path=work / "broker-haproxy.log")
     try:
         config = work / "haproxy.cfg"
         config.write_text(HAPROXY_CONFIG.format(host=host, port=port, broker_port=broker.port))
-        with open(work / "haproxy.log", "ab") as log:
-            # -db: stay in the foreground, so stopping this process stops HAProxy.
-            process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_for_port(host, port, 10.0)
+        with running_haproxy(config, work / "haproxy.log", host, [port]):
             yield f"{host}:{port}"
-        finally:
-            stop_process(process)
     finally:
         broker.stop()

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kproxy.bench.reference import haproxy_binary
-from kproxy.brokers import BrokerError, free_port, start_broker, stop_process, wait_for_port
+from kproxy.bench.reference import HAPROXY_GLOBALS, haproxy_binary, running_haproxy
+from kproxy.brokers import BrokerError, free_port, start_broker
 
 DAYS = "2"
 _EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
@@ -104,14 +104,7 @@ def make_pki(work: Path) -> Pki:
     )
 
 
-TLS_TERMINATOR_CONFIG = """\
-global
-    maxconn 4096
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 120s
-    timeout server 120s
+TLS_TERMINATOR_CONFIG = HAPROXY_GLOBALS + """\
 frontend kafka_tls
     bind {host}:{port} ssl crt {crt}{verify}
     # Only a client that names the broker as it advertises itself (SNI) reaches it:
@@ -146,7 +139,7 @@ def tls_broker(
     The broker advertises the terminator (as localhost, the name its certificate
     carries), or `advertise` when something else stands in front of it.
     """
-    binary = haproxy_binary()
+    haproxy_binary()  # missing: fail before the broker starts
     port, impostor_port = free_port(host), free_port(host)
     advertise_host, advertise_port = advertise or ("localhost", port)
     broker = start_broker(host, advertise=advertise_host, advertise_port=advertise_port,
@@ -159,29 +152,15 @@ def tls_broker(
                                          impostor_port=impostor_port, impostor_crt=pki.impostor.combined,
                                          broker_port=broker.port)
         )
-        with open(work / f"haproxy-tls-{port}.log", "ab") as log:
-            # -db: stay in the foreground, so stopping this process stops HAProxy.
-            process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_for_port(host, port, 10.0)
-            wait_for_port(host, impostor_port, 10.0)
+        with running_haproxy(config, work / f"haproxy-tls-{port}.log", host, [port, impostor_port]):
             yield TlsBroker(f"localhost:{port}", port, broker.bootstrap, f"localhost:{impostor_port}")
-        finally:
-            stop_process(process)
     finally:
         broker.stop()
 
 
 # The reference path of `kproxy bench --tls`: HAProxy ending the client's TLS
 # and opening its own to the broker's terminator, verified as kproxy verifies.
-TLS_REFERENCE_CONFIG = """\
-global
-    maxconn 4096
-defaults
-    mode tcp
-    timeout connect 5s
-    timeout client 120s
-    timeout server 120s
+TLS_REFERENCE_CONFIG = HAPROXY_GLOBALS + """\
 frontend reference
     bind {host}:{port} ssl crt {crt}
     default_backend terminator
@@ -197,16 +176,10 @@ def haproxy_tls_path(work: Path, pki: Pki, host: str = "127.0.0.1") -> Iterator[
     Clients -> HAProxy (TLS, `pki.proxy`) -> HAProxy terminator (TLS, `pki.broker`) -> broker, which
     advertises the first HAProxy: the same hops, and the same two TLS sessions, as through kproxy.
     """
-    binary = haproxy_binary()
     port = free_port(host)
     with tls_broker(work, pki, host=host, advertise=(host, port)) as terminated:
         config = work / f"haproxy-tls-reference-{port}.cfg"
         config.write_text(TLS_REFERENCE_CONFIG.format(host=host, port=port, crt=pki.proxy.combined, ca=pki.ca,
                                                       terminator_port=terminated.port))
-        with open(work / f"haproxy-tls-reference-{port}.log", "ab") as log:
-            process = subprocess.Popen([binary, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_for_port(host, port, 10.0)
+        with running_haproxy(config, work / f"haproxy-tls-reference-{port}.log", host, [port]):
             yield f"{host}:{port}"
-        finally:
-            stop_process(process)

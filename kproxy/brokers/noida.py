@@ -50,7 +50,7 @@ def check() -> str:
     """Run `noida-db version`; return the version, or raise BrokerError naming the fix."""
     from kproxy.brokers.preflight import run_version
 
-    return run_version(NAME, [binary(), "version"], FIX).removeprefix("noida-db ").strip()
+    return run_version(NAME, [binary(), "version"], FIX, prefix="noida-db ")
 
 
 def start(

@@ -11,8 +11,8 @@ from kproxy.brokers.process import BrokerError
 CHECK_TIMEOUT = 0.8
 
 
-def run_version(kind: str, cmd: list[str], fix: str) -> str:
-    """Run a version command; return its first output line or raise BrokerError naming the fix."""
+def run_version(kind: str, cmd: list[str], fix: str, prefix: str = "") -> str:
+    """Run a version command; return its first output line, without `prefix`, or raise BrokerError naming the fix."""
     try:
         done = subprocess.run(cmd, capture_output=True, timeout=CHECK_TIMEOUT, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
@@ -29,4 +29,4 @@ def run_version(kind: str, cmd: list[str], fix: str) -> str:
         reason = (done.stderr or b"").decode(errors="replace").strip().splitlines()
         detail = reason[-1] if reason else f"exit status {done.returncode}"
         raise BrokerError(f"the {kind} broker's binary does not run here ({cmd[0]}: {detail}). Fix: {fix}")
-    return output.splitlines()[0]
+    return output.splitlines()[0].removeprefix(prefix).strip()

@@ -1,7 +1,14 @@
-"""What every broker kind shares: a child process, its ports, its clean stop."""
+"""What every broker kind shares: a child process, its ports, its clean stop.
+
+The one place that starts a server kproxy runs as a child (a broker of any
+kind, a Kafka node, HAProxy in front of one, `kproxy run` itself) with its
+output appended to a log file, waits for its ports, and stops it: SIGTERM,
+then SIGKILL after a grace period.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import shutil
@@ -9,8 +16,10 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +82,59 @@ def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Pope
             time.sleep(0.05)
 
 
+def spawn(
+    cmd: Sequence[str],
+    log_path: Path | None,
+    *,
+    env: dict[str, str] | None = None,
+    new_session: bool = False,
+    stdin: int | IO[bytes] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start `cmd` with its output and errors appended to `log_path` (discarded without one).
+
+    new_session: the child gets a session of its own, so a Ctrl-C at the
+    terminal reaches kproxy alone, which then stops the child in order.
+    """
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - the child holds it; closed below
+    try:
+        return subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=env, stdin=stdin,
+                                start_new_session=new_session)
+    finally:
+        if log_path:
+            out.close()  # type: ignore[union-attr]
+
+
+def wait_or_kill(process: subprocess.Popen[bytes], timeout: float, kill_wait: float | None = None) -> bool:
+    """Wait up to `timeout` for a process told to stop; kill it if it has not (then wait `kill_wait`,
+    default `timeout`). True when it had to be killed."""
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout if kill_wait is None else kill_wait)
+        return True
+    return False
+
+
 def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 5.0) -> int | None:
     """Ask a child process to stop with `sig`; kill it if it has not within `timeout`."""
     if process.poll() is None:
         process.send_signal(sig)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout)
+        wait_or_kill(process, timeout)
     return process.returncode
+
+
+@contextlib.contextmanager
+def running_process(cmd: Sequence[str], log_path: Path | None, host: str, ports: Sequence[int],
+                    timeout: float) -> Iterator[subprocess.Popen[bytes]]:
+    """A server process for the length of a `with` block, once every one of `ports` on `host` listens."""
+    process = spawn(cmd, log_path)
+    try:
+        for port in ports:
+            wait_for_port(host, port, timeout)
+        yield process
+    finally:
+        stop_process(process)
 
 
 @dataclass
@@ -124,12 +176,7 @@ def launch(
     scratch_dirs: list[Path] | None = None,
 ) -> EmbeddedBroker:
     """Run `cmd` in its own session, its output to `log_path`, and wait until host:port listens."""
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    try:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    finally:
-        if log_path:
-            out.close()  # type: ignore[union-attr]
+    proc = spawn(cmd, log_path, env=env, new_session=True)
     broker = EmbeddedBroker(host, port, proc, log_path, kind, version, list(scratch_dirs or ()))
     try:
         wait_for_port(host, port, startup_timeout, proc)

@@ -32,7 +32,7 @@ def check() -> str:
     """Run `tansu --version`; return the version, or raise BrokerError naming the fix."""
     from kproxy.brokers.preflight import run_version
 
-    return run_version(NAME, [binary(), "--version"], FIX).removeprefix("tansu ").strip()
+    return run_version(NAME, [binary(), "--version"], FIX, prefix="tansu ")
 
 
 def start(

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kproxy.brokers.process import free_port
+from kproxy.brokers.process import free_port, spawn, wait_or_kill
 from kproxy.kafka.jars import KafkaJars, KafkaSetupError, Say, broker_jars, major_minor, preflight
 
 log = logging.getLogger(__name__)
@@ -123,9 +123,7 @@ class KafkaNode:
         """Start (or restart) this node's JVM; its log is appended to."""
         if self.alive():
             return
-        with open(self.log_path, "ab") as out:
-            self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        self.process = spawn(self.command, self.log_path, env=self.env, new_session=True, stdin=subprocess.DEVNULL)
 
     def signal_stop(self) -> None:
         if self.alive():
@@ -135,12 +133,8 @@ class KafkaNode:
     def wait_stopped(self, timeout: float) -> None:
         if self.process is None:
             return
-        try:
-            self.process.wait(max(0.0, timeout))
-        except subprocess.TimeoutExpired:
-            log.warning("kafka node %d did not stop within %.0f s of SIGTERM; killing it", self.node_id, timeout)
-            self.process.kill()
-            self.process.wait(10)
+        if wait_or_kill(self.process, max(0.0, timeout), kill_wait=10):
+            log.warning("kafka node %d did not stop within %.0f s of SIGTERM; killed it", self.node_id, timeout)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         self.signal_stop()
