@@ -85,6 +85,7 @@ def _topics(bootstrap: str) -> set[str]:
 
 
 @pytest.mark.spark
+@pytest.mark.slow  # the default suite runs this path over TLS (tests/test_tls.py, demo against a TLS cluster)
 def test_kproxy_demo_runs_against_a_broker_it_did_not_start(spark, tmp_path):
     # The broker comes from `kproxy broker`, as a user's would; the demo's own
     # path runs against it (the shared Spark session stands in for the CLI's).

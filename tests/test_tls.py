@@ -324,6 +324,10 @@ def test_mutual_tls_towards_the_broker(proxy_factory, pki, topic_name, tmp_path)
         assert anonymous.alive() and proxy.alive()
 
 
+def _topics(bootstrap: str, pki: Pki) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap, **ssl_client(pki)}).list_topics(timeout=10).topics)
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(300)  # a whole demo, its analysis included
 def test_kproxy_demo_against_a_tls_cluster(spark, secure_broker, pki, tmp_path) -> None:
@@ -334,12 +338,19 @@ def test_kproxy_demo_against_a_tls_cluster(spark, secure_broker, pki, tmp_path) 
 
     said: list[str] = []
     out = tmp_path / "demo"
+    before = _topics(secure_broker.bootstrap, pki)
     result = run_demo("healthy", out, bootstrap=secure_broker.bootstrap, rules_file=rules_dir() / "healthy.yaml",
                       duration=3, spark=spark, say=said.append, progress=False, upstream_tls=UpstreamTlsFiles(pki.ca))
     assert result.exit_code in (0, 1), said
     assert f"using the broker at {secure_broker.bootstrap} over TLS: tansu" in "\n".join(said)
-    assert result.report["broker"]["software"] == "tansu"
-    assert result.report["stats"]["completed_ops"] > 10
+    assert "not started by kproxy" in result.summary
+    assert result.report["broker"]["software"] == "tansu" and result.report["broker"]["started_by_kproxy"] is False
+    assert result.report["stats"]["completed_ops"] > 10 and result.report["stats"]["fault_impact"] == []
+    # The run created its own topics only, all under its prefix, and left the user's alone.
+    after = _topics(secure_broker.bootstrap, pki)
+    created = after - before
+    assert created and all(t.startswith(result.topic_prefix + "-") for t in created)
+    assert before <= after
     log = (out / "kproxy.log").read_text()
     assert "TLS handshake" not in log, log[-2000:]
     # Every client reached the broker only through the proxy's TLS connections.
