@@ -731,11 +731,14 @@ class Inspector:
         partitions = None
         if isinstance(frame, RawPartitions):
             partitions = frame
-            if codes is None and isinstance(frame, FetchResponseRecords):
+            if codes is None:
+                # The records' walk reads the error codes too: no second walk of the frame.
                 codes = frame.error_codes()
-                if codes is None and isinstance(frame.frame, bytes):
-                    codes = self._response_error_codes(ex, frame.frame)
-            frame = frame.frame if isinstance(frame, ProduceResponseRecords) else None
+                if codes is None and isinstance(frame, (FetchResponseRecords, ProduceResponseRecords)):
+                    raw = frame.frame
+                    if isinstance(raw, bytes) and raw:
+                        codes = self._response_error_codes(ex, raw)
+            frame = None
         if direction == "response":
             if codes is None:
                 codes = self._response_error_codes(ex, frame) if frame is not None else []

@@ -110,6 +110,10 @@ class RawPartitions:
     def resolve(self, store: Store) -> list[dict[str, Any]] | None:
         raise NotImplementedError
 
+    def error_codes(self) -> list[int] | None:
+        """The frame's error codes when its walk finds them; None: the caller finds them another way."""
+        return None
+
     def _scanned(self) -> None:
         """Writer thread: the frame is in the side file (or not traceable); its bytes no longer count."""
         if not self._released:
@@ -172,7 +176,7 @@ class ProduceRequestRecords(RawPartitions):
 class ProduceResponseRecords(RawPartitions):
     """A Produce response's partitions, pointing at its request's batches (the records the offsets were assigned to)."""
 
-    __slots__ = ("request", "version", "frame", "parts")
+    __slots__ = ("request", "version", "frame", "parts", "_tried")
 
     def __init__(
         self, request: ProduceRequestRecords | None, version: int, frame: bytes | None = None,
@@ -182,24 +186,44 @@ class ProduceResponseRecords(RawPartitions):
         self.request = request
         self.version = version
         self.frame = frame
-        self.parts = parts  # from a decoded response (slow path), records null
+        self.parts = parts  # from a decoded response (slow path), records null; else from the walk
+        self._tried = False
 
     def _forget(self) -> None:
         self.frame = None
         self.request = None
 
-    def resolve(self, store: Store) -> list[dict[str, Any]] | None:
-        self._scanned()
-        parts = self.parts
-        if parts is None:
-            if self.frame is None:
-                return None
+    def _walked(self) -> list[dict[str, Any]] | None:
+        # One walk serves both the event's error codes and its partitions.
+        if self.parts is None and self.frame is not None and not self._tried:
+            self._tried = True
             try:
                 names = self.request.topic_names if self.request is not None else None
-                parts = [_partition(**p) for p in batch_scan.produce_response_partitions(self.version, self.frame, names)]
+                self.parts = [_partition(**p) for p in batch_scan.produce_response_partitions(self.version, self.frame, names)]
             except batch_scan.ScanError as exc:
                 log.debug("Produce response v%d not traced: %s", self.version, exc)
-                return None
+            else:
+                self.frame = None  # kept only for a decode of a frame the walk could not follow
+        return self.parts
+
+    def error_codes(self) -> list[int] | None:
+        """Distinct non-zero partition error codes, in order; None if the frame could not be walked."""
+        parts = self._walked()
+        if parts is None:
+            return None
+        codes: list[int] = []
+        for view in parts:
+            code = view["error_code"]
+            if code and code not in codes:
+                codes.append(code)
+        return codes
+
+    def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        self._scanned()
+        parts = self._walked()
+        self.frame = None
+        if parts is None:
+            return None
         sent = {}
         if self.request is not None:
             sent = {(p["topic"], p["partition"]): p for p in self.request.resolve(store) or ()}
