@@ -563,3 +563,40 @@ async def test_a_fetch_cut_at_the_fetch_size_is_told_apart_by_its_tail(tmp_path:
     spans = [(e["partitions"][0]["records_offset"], e["partitions"][0]["records_length"])
              for e in iter_trace_events(tmp_path, records=False)]
     assert spans[0] == spans[1] and spans[2][0] == spans[0][0] + spans[0][1]
+
+
+async def test_side_bytes_go_out_in_vectors_and_leave_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queued side bytes are written with writev in runs of at most IOV_MAX buffers, and every
+    _SIDE_RECYCLE_BYTES of them is written back and dropped from the page cache: all read back,
+    in order, and the interpreter's switch interval is the default again once the writer is idle."""
+    import sys
+
+    from kproxy.obs import trace
+    from kproxy.obs.trace_records import FetchResponseRecords
+
+    monkeypatch.setattr(trace, "_IOV_MAX", 3)
+    monkeypatch.setattr(trace, "_SIDE_RECYCLE_BYTES", 50_000)
+    interval = sys.getswitchinterval()
+    writer = TraceWriter(tmp_path, proxy_id="vec", level="records")
+    frames = [_fetch_event(i, size=7_000 + i) for i in range(40)]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for i, frame in enumerate(frames):
+            event = header_event(i) | {"api": "fetch", "direction": "response",
+                                       "partitions": FetchResponseRecords(12, frame, None, writer.raw_ledger)}
+            if not writer.offer(event):
+                await writer.put(event)
+            if i % 10 == 9:
+                await trio.sleep(writer.flush_interval * 2)  # several flushes, each past the recycle window
+        await writer.aclose()
+    assert sys.getswitchinterval() == interval
+    (side,) = writer._sink.side_files
+    events = list(iter_trace_events(tmp_path))
+    assert [e["correlation_id"] for e in events] == list(range(40))
+    ends = []
+    for i, e in enumerate(events):
+        (part,) = e["partitions"]
+        (record,) = part["records"]
+        assert record["offset"] == i and len(record["value"]) == 7_000 + i
+        ends.append(part["records_offset"] + part["records_length"])
+    assert side.stat().st_size == max(ends) == sum(e["partitions"][0]["records_length"] for e in events)

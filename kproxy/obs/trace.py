@@ -82,6 +82,11 @@ _MAX_BATCH = 512
 # voluntary yield per slice (time.sleep(0)) cost the worker ~45 µs of CPU each.
 _RECORDS_SWITCH_INTERVAL = 0.0002
 
+# Side bytes written back and dropped from the page cache at a time (_Sink._recycle_side_pages).
+_SIDE_RECYCLE_BYTES = 8 * MiB
+# Buffers per writev (the kernel's IOV_MAX).
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
 _VERSION = FIELD_NAMES.index("schema_version")
 _PROXY = FIELD_NAMES.index("proxy_id")
 _PARTITIONS = FIELD_NAMES.index("partitions")
@@ -128,6 +133,9 @@ class _Sink:
         self.side_size = 0
         self._side_pending: list[memoryview] = []
         self._side_pending_size = 0
+        # Side bytes up to here are on disk and out of the page cache (_recycle_side_pages).
+        self._side_dropped = 0
+        self._side_recycle = hasattr(os, "posix_fadvise")
         # Regions already in the open side file, by (topic, partition, base offset, length, hash).
         self._side_index: dict[tuple, tuple[str, int]] = {}
 
@@ -169,6 +177,7 @@ class _Sink:
                 self._side.close()
                 self._side = None
             self.side_size = 0
+            self._side_dropped = 0
             self._side_index = {}
             self._close_file()
             self.path = None
@@ -197,16 +206,56 @@ class _Sink:
         return self._side_name, offset
 
     def flush_side(self) -> None:
-        """Hand the queued side bytes to the kernel (before any line that references them)."""
-        if not self._side_pending:
+        """Hand the queued side bytes to the kernel (before any line that references them).
+
+        One writev of the frames' own bytes: joining them first copied every
+        traced byte once more in Python, into a fresh multi-MiB buffer per flush.
+        """
+        pending = self._side_pending
+        if not pending:
             return
-        data = memoryview(b"".join(self._side_pending))
         self._side_pending = []
         self._side_pending_size = 0
-        while data:
-            n = self._side.write(data)
+        fd = self._side.fileno()
+        while pending:
+            views = pending[:_IOV_MAX]
+            n = os.writev(fd, views)
             self.side_size += n
-            data = data[n:]
+            # A regular file takes the whole vector; a short write leaves the rest for the next call.
+            done = 0
+            for view in views:
+                if n < len(view):
+                    break
+                n -= len(view)
+                done += 1
+            if n:
+                pending[done] = pending[done][n:]
+            del pending[:done]
+        self._recycle_side_pages()
+
+    def _recycle_side_pages(self) -> None:
+        """Drop side bytes already on disk from the page cache, so new ones reuse its pages.
+
+        Each side byte is written once and read only by the analysis, later.
+        Left in the page cache, a run's side files take fresh pages for every
+        byte, and a fresh page costs the writing thread far more than the copy
+        into it: on this project's VMs 2 ms of CPU per MiB (0.5 GB/s), against
+        0.2-0.3 ms per MiB through pages freed a moment ago. Writing back and
+        dropping every _SIDE_RECYCLE_BYTES keeps that working set to one
+        window, and the trace no longer pushes other files (a broker's log on
+        the same machine) out of the cache. The write-back waits for the disk
+        on this thread, never on the event loop.
+        """
+        if not self._side_recycle or self.side_size - self._side_dropped < _SIDE_RECYCLE_BYTES:
+            return
+        fd = self._side.fileno()
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, self._side_dropped, self.side_size - self._side_dropped, os.POSIX_FADV_DONTNEED)
+        except OSError as exc:  # a file system without either: keep writing, stop recycling
+            log.debug("side file pages not recycled: %s", exc)
+            self._side_recycle = False
+        self._side_dropped = self.side_size
 
     # Format-specific parts.
     def _open_file(self, path: Path) -> None:
