@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,45 @@ def test_an_address_where_no_broker_answers_fails_before_anything_runs(tmp_path)
     assert done.returncode == 3
     assert f"shrink failed: cannot connect to the broker at 127.0.0.1:{port}" in done.stderr
     assert not (tmp_path / "out" / "candidates").exists()
+
+
+def test_every_run_and_the_replay_get_the_upstream_tls_and_client_settings(tmp_path):
+    """What a shrink against a secured cluster hands each run: the proxy's upstream TLS files and the
+    clients' settings; the replay command says the same, with a secret read from the environment."""
+    import shlex
+
+    from kproxy.proxy_process import UpstreamTlsFiles
+    from kproxy.shrink.runner import _Runner, replay_command, start_workload
+    from kproxy.shrink.search import Candidate
+
+    tls = UpstreamTlsFiles(ca=tmp_path / "ca.pem", cert=tmp_path / "me.pem", key=tmp_path / "me.key")
+    settings = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "svc chaos",
+                "sasl.password": "s3cret-value"}
+    config = ShrinkConfig(rules_file=NOISY, anomaly="torn-transaction", out_dir=tmp_path / "out",
+                          bootstrap="kafka.example:9093", upstream_tls=tls, client_config=settings)
+    candidate = Candidate(rules={}, workload=start_workload(config))
+    arguments = _Runner(config, config.bootstrap, None, quiet, time.monotonic).run_arguments(
+        candidate, tmp_path / "rules.yaml")
+    assert arguments["upstream_tls"] == tls and arguments["client_config"] == settings
+    assert arguments["bootstrap"] == "kafka.example:9093"
+
+    replay = replay_command(config, candidate.workload, NOISY)
+    assert "s3cret-value" not in replay
+    words = shlex.split(replay)  # as the shell reads it, the password variable left unexpanded by shlex
+    assert words[words.index("--upstream-tls"):words.index("--upstream-tls") + 7] == [
+        "--upstream-tls", "--upstream-ca", str(tmp_path / "ca.pem"), "--upstream-cert", str(tmp_path / "me.pem"),
+        "--upstream-key", str(tmp_path / "me.key")]
+    given = [words[i + 1] for i, word in enumerate(words) if word == "--client-config"]
+    assert given == ["security.protocol=SASL_PLAINTEXT", "sasl.mechanism=PLAIN", "sasl.username=svc chaos",
+                     "sasl.password=$SASL_PASSWORD"]
+    # The replay is a command `kproxy demo` accepts as written.
+    from kproxy.cli.demo import demo
+
+    with demo.make_context("demo", words[2:]) as ctx:
+        assert ctx.params["upstream_tls"] and ctx.params["upstream_ca"] == tmp_path / "ca.pem"
+        assert ctx.params["client_config"]["sasl.username"] == "svc chaos"
+    with pytest.raises(ValueError, match="needs a bootstrap address"):
+        run_shrink(replace(config, bootstrap=None), say=quiet)
 
 
 # --- the whole shrink (minutes) ----------------------------------------------

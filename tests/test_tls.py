@@ -386,6 +386,35 @@ def test_kproxy_demo_takes_the_proxys_upstream_tls_options(secure_broker, pki, t
     assert not out.exists()
 
 
+def test_kproxy_shrink_takes_the_demos_upstream_options(secure_broker, pki, tmp_path) -> None:
+    """`kproxy shrink --bootstrap` takes the demo's TLS and client options, refused alike, and hands the
+    TLS settings on: the broker is identified over TLS before anything is written."""
+    from click.testing import CliRunner
+
+    from kproxy.cli import main
+
+    out = tmp_path / "o"
+    base = ["shrink", "--rules", RULES, "--anomaly", "torn-transaction", "--out", str(out)]
+    cases = [
+        (["--bootstrap", secure_broker.bootstrap, "--upstream-key", str(pki.client.key)], 2,
+         "--upstream-key applies to TLS towards brokers: add --upstream-tls"),
+        (["--upstream-tls"], 2, "--upstream-tls is for a cluster of your own (--bootstrap HOST:PORT)"),
+        (["--broker", "tansu", "--upstream-tls"], 2, "the embedded brokers speak plaintext"),
+        (["--bootstrap", secure_broker.bootstrap, "--upstream-tls", "--upstream-ca", str(tmp_path / "none.pem")], 1,
+         f"{tmp_path / 'none.pem'}: no such file (--upstream-ca)"),
+        (["--bootstrap", secure_broker.bootstrap, "--client-config", "no-equals-sign"], 2, "--client-config"),
+        (["--bootstrap", secure_broker.bootstrap, "--upstream-tls", "--upstream-ca", str(pki.other_ca)], 3,
+         f"shrink failed: TLS handshake with the broker at {secure_broker.bootstrap} failed: "
+         "certificate verification failed"),
+        (["--bootstrap", secure_broker.bootstrap], 3, "does it speak TLS? then add --upstream-tls"),
+    ]
+    for args, code, words in cases:
+        result = CliRunner().invoke(main, [*base, *args])
+        assert result.exit_code == code, (args, result.output)
+        assert words in result.output, (args, result.output)
+    assert not out.exists()
+
+
 def test_readyz_means_the_broker_can_be_reached_over_tls(proxy_factory, secure_broker, pki, tmp_path) -> None:
     """With --upstream-tls, /readyz is ready only when the proxy's own TLS settings reach the broker:
     a broker that accepts TCP but whose certificate or demands the proxy cannot meet is unready."""

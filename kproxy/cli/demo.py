@@ -10,7 +10,9 @@ from pathlib import Path
 import click
 
 from kproxy.brokers import KINDS
-from kproxy.cli.options import client_config_option, upstream_tls_files, upstream_tls_options
+from kproxy.cli.options import (
+    LOOPBACK_CLIENTS, check_target, client_config_option, upstream_tls_files, upstream_tls_options,
+)
 from kproxy.demo import DEFAULT_BROKER, DEFAULT_SCENARIO, profile_for, run_demo, scenarios
 from kproxy.workload.config import CLIENTS
 
@@ -24,8 +26,7 @@ from kproxy.workload.config import CLIENTS
               help="Run against this broker or cluster instead of starting one. The demo creates only "
                    "its own kproxy-demo-* topics and touches nothing else.")
 @upstream_tls_options
-@client_config_option("The clients reach the proxy on loopback in plaintext: with SASL, "
-                      "security.protocol=SASL_PLAINTEXT (the proxy speaks TLS to the cluster).")
+@client_config_option(LOOPBACK_CLIENTS)
 @click.option("--client", type=click.Choice(CLIENTS), default="confluent-kafka", show_default=True,
               help="Client library of the workload (java: Apache Kafka's own, the one with transaction version 2).")
 @click.option("--rules", "rules_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
@@ -64,16 +65,10 @@ def demo(scenario, broker_kind, bootstrap, upstream_tls, upstream_ca, upstream_c
         for name in available:
             click.echo(name)
         return
-    if broker_kind is not None and bootstrap is not None:
-        raise click.UsageError("--broker starts a broker and --bootstrap names one: give one of them")
-    if bootstrap is not None and not _is_host_port(bootstrap):
-        raise click.BadParameter(f"{bootstrap!r} is not one HOST:PORT", param_hint="--bootstrap")
     if scenario not in available:
         raise click.BadParameter(f"unknown scenario; choose one of: {', '.join(available)}", param_hint="--scenario")
     tls_files = upstream_tls_files(upstream_tls, upstream_ca, upstream_cert, upstream_key, upstream_skip_hostname_check)
-    if tls_files is not None and bootstrap is None:
-        raise click.UsageError("--upstream-tls is for a cluster of your own (--bootstrap HOST:PORT): "
-                               "the embedded brokers speak plaintext")
+    check_target(broker_kind, bootstrap, tls_files)
     _require_prerequisites("demo")
     if out_dir is None:
         out_dir = Path("demo-out") / f"{scenario}{'-guard' if guard else ''}-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -110,9 +105,3 @@ def _require_prerequisites(command: str) -> None:
     except MissingPrerequisite as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(3)
-
-
-def _is_host_port(text: str) -> bool:
-    # One address: the proxy learns every other broker from its metadata.
-    host, sep, port = text.rpartition(":")
-    return bool(sep and host and "," not in host and port.isdigit() and 0 < int(port) < 65536)

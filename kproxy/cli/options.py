@@ -1,8 +1,10 @@
 """Options that several commands share, defined and checked once.
 
-The upstream TLS options are `kproxy run`'s; `kproxy demo --bootstrap` takes
-the same ones for the user's cluster and hands them to the proxy it starts,
-so both commands accept and refuse the same things with the same words.
+The upstream TLS options are `kproxy run`'s; `kproxy demo --bootstrap` and
+`kproxy shrink --bootstrap` take the same ones for the user's cluster and
+hand them to the proxy each run starts, so every command accepts and refuses
+the same things with the same words. The broker-or-address checks of the two
+commands that run the demo's loop live here too.
 """
 
 from __future__ import annotations
@@ -63,6 +65,25 @@ def upstream_tls_files(upstream_tls: bool, upstream_ca: Path | None, upstream_ce
     return files
 
 
+def check_target(broker_kind: str | None, bootstrap: str | None, tls: UpstreamTlsFiles | None) -> None:
+    """`--broker` (start one), `--bootstrap` (the user's) and the upstream TLS options, checked together:
+    usage errors for both a kind and an address, an address that is not one HOST:PORT, and TLS
+    without an address (the embedded brokers speak plaintext)."""
+    if broker_kind is not None and bootstrap is not None:
+        raise click.UsageError("--broker starts a broker and --bootstrap names one: give one of them")
+    if bootstrap is not None and not is_host_port(bootstrap):
+        raise click.BadParameter(f"{bootstrap!r} is not one HOST:PORT", param_hint="--bootstrap")
+    if tls is not None and bootstrap is None:
+        raise click.UsageError("--upstream-tls is for a cluster of your own (--bootstrap HOST:PORT): "
+                               "the embedded brokers speak plaintext")
+
+
+def is_host_port(text: str) -> bool:
+    # One address: the proxy learns every other broker from its metadata.
+    host, sep, port = text.rpartition(":")
+    return bool(sep and host and "," not in host and port.isdigit() and 0 < int(port) < 65536)
+
+
 def parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
     """KEY=VALUE options into a dict (a callback)."""
     from kproxy.workload.clients.base import parse_setting
@@ -75,6 +96,11 @@ def parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[str
             raise click.BadParameter(str(exc), ctx, param) from None
         out[key] = value
     return out
+
+
+#: What --client-config adds for the commands whose clients reach a proxy of their own (demo, shrink).
+LOOPBACK_CLIENTS = ("The clients reach the proxy on loopback in plaintext: with SASL, "
+                    "security.protocol=SASL_PLAINTEXT (the proxy speaks TLS to the cluster).")
 
 
 def client_config_option(more_help: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -8,6 +8,9 @@ from pathlib import Path
 import click
 
 from kproxy.brokers import KINDS
+from kproxy.cli.options import (
+    LOOPBACK_CLIENTS, check_target, client_config_option, upstream_tls_files, upstream_tls_options,
+)
 from kproxy.demo import DEFAULT_BROKER, DEFAULT_SCENARIO, scenarios
 from kproxy.shrink.runner import DEFAULT_BUDGET_MINUTES, DEFAULT_RUNS_PER_CANDIDATE
 from kproxy.workload.config import CLIENTS
@@ -25,6 +28,8 @@ from kproxy.workload.config import CLIENTS
 @click.option("--seed", default=1, show_default=True, type=int, help="Seed of the workload and the rules.")
 @click.option("--bootstrap", default=None, metavar="HOST:PORT",
               help="Run against this broker instead of starting one; every run makes its own topics.")
+@upstream_tls_options
+@client_config_option(LOOPBACK_CLIENTS)
 @click.option("--broker", "broker_kind", type=click.Choice(list(KINDS)), default=None,
               help=f"Embedded broker to start once and share [default: {DEFAULT_BROKER}].")
 @click.option("--client", type=click.Choice(CLIENTS), default="confluent-kafka", show_default=True,
@@ -41,7 +46,9 @@ from kproxy.workload.config import CLIENTS
               help="Stop after N candidates (the starting run counts as one) and write the best so far.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output directory: minimal.yaml, replay.sh, report.json, shrink.json, candidates/N/.")
-def shrink(rules_file, scenario, anomaly, seed, bootstrap, broker_kind, client, duration, runs, budget, max_candidates, out_dir) -> None:  # noqa: ANN001
+def shrink(rules_file, scenario, anomaly, seed, bootstrap, upstream_tls, upstream_ca, upstream_cert,  # noqa: ANN001
+           upstream_key, upstream_skip_hostname_check, client_config, broker_kind, client, duration, runs, budget,
+           max_candidates, out_dir) -> None:
     """Shrink a failing run: fewer rules, matcher conditions and schedule
     phases, smaller action parameters, then a smaller workload, keeping each
     change only when ANOMALY still appears (and, when the starting run blamed
@@ -53,15 +60,13 @@ def shrink(rules_file, scenario, anomaly, seed, bootstrap, broker_kind, client, 
     the budget ran out), 1 the anomaly did not appear in the starting run,
     2 bad usage, 3 the shrink itself failed, 130 interrupted (best result written).
     """
-    from kproxy.cli.demo import _is_host_port, _require_prerequisites
+    from kproxy.cli.demo import _require_prerequisites
     from kproxy.faults.errors import RuleFileError
     from kproxy.faults.loader import load_rule_file
     from kproxy.shrink.runner import NotReproduced, ShrinkConfig, run_shrink
 
-    if broker_kind is not None and bootstrap is not None:
-        raise click.UsageError("--broker starts a broker and --bootstrap names one: give one of them")
-    if bootstrap is not None and not _is_host_port(bootstrap):
-        raise click.BadParameter(f"{bootstrap!r} is not one HOST:PORT", param_hint="--bootstrap")
+    tls_files = upstream_tls_files(upstream_tls, upstream_ca, upstream_cert, upstream_key, upstream_skip_hostname_check)
+    check_target(broker_kind, bootstrap, tls_files)
     if scenario not in scenarios():
         raise click.BadParameter(f"unknown scenario; choose one of: {', '.join(scenarios())}", param_hint="--scenario")
     try:
@@ -71,7 +76,8 @@ def shrink(rules_file, scenario, anomaly, seed, bootstrap, broker_kind, client, 
     _require_prerequisites("shrink")
     config = ShrinkConfig(rules_file=rules_file, anomaly=anomaly, out_dir=out_dir, scenario=scenario, seed=seed,
                           bootstrap=bootstrap, broker=broker_kind, runs_per_candidate=runs, budget_s=budget * 60,
-                          duration=duration, client=client, max_candidates=max_candidates)
+                          duration=duration, client=client, max_candidates=max_candidates,
+                          upstream_tls=tls_files, client_config=client_config)
     try:
         outcome = run_shrink(config, say=lambda line: click.echo(line))
     except NotReproduced as exc:

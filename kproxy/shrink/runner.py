@@ -1,7 +1,9 @@
 """`kproxy shrink`'s runs: the search of kproxy.shrink.search, judged by real demo runs.
 
 One broker (started once, or the user's) and one Spark session serve every
-candidate; each run makes its own topics (run_demo's fresh prefix). A
+candidate; each run makes its own topics (run_demo's fresh prefix). Against
+the user's cluster, every run gets the same upstream TLS settings and client
+settings (`--upstream-*`, `--client-config`), as `kproxy demo` would. A
 candidate runs up to K times with the same seed and counts as reproducing at
 its first run that shows the anomaly. Everything a run wrote stays under
 DIR/candidates/N/run-R/, the candidate's rule file and workload beside it.
@@ -12,16 +14,18 @@ The best result so far is written after every step, so a stop at any point
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from kproxy.proxy_process import UpstreamTlsFiles
 from kproxy.shrink.search import (
     Candidate, Floors, Result, Step, Stop, Verdict, Workload, anomaly_appears, attributed_rules, shrink,
 )
@@ -54,6 +58,8 @@ class ShrinkConfig:
     client: str = "confluent-kafka"
     floors: Floors = field(default_factory=Floors)
     max_candidates: int | None = None  # candidates to run, the starting one included; None: the budget decides
+    upstream_tls: UpstreamTlsFiles | None = None  # TLS towards the bootstrap cluster, for every run's proxy
+    client_config: Mapping[str, str] = field(default_factory=dict)  # every run's clients (SASL, say)
 
 
 @dataclass
@@ -82,7 +88,32 @@ def replay_command(config: ShrinkConfig, workload: Workload, rules_path: Path) -
         args += ["--bootstrap", config.bootstrap]
     elif config.broker:
         args += ["--broker", config.broker]
-    return shlex.join(args)
+    if config.upstream_tls is not None:
+        args += config.upstream_tls.run_args()
+    line = shlex.join(args)
+    for key, value in config.client_config.items():
+        # A secret is not written into the replay: the command reads it from the environment.
+        setting = (shlex.quote(f"{key}=") + f'"${secret_variable(key)}"' if is_secret(key)
+                   else shlex.quote(f"{key}={value}"))
+        line += f" --client-config {setting}"
+    return line
+
+
+#: Client settings whose values are secrets (librdkafka's, the Java client's and kafka-python's names).
+_SECRET_WORDS = ("password", "secret", "token", "jaas")
+
+
+def is_secret(key: str) -> bool:
+    return any(word in key.lower() for word in _SECRET_WORDS)
+
+
+def secret_variable(key: str) -> str:
+    """The environment variable the replay command reads a secret setting from: sasl.password -> SASL_PASSWORD."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", key).strip("_").upper()
+
+
+def secret_variables(config: ShrinkConfig) -> list[str]:
+    return [secret_variable(key) for key in config.client_config if is_secret(key)]
 
 
 def _number(value: float) -> str:
@@ -192,16 +223,24 @@ class _Runner:
                  f"{max(self.time_left(), 0) / 60:.1f} min left")
         return verdict
 
-    def _run(self, candidate: Candidate, rules_path: Path, run_dir: Path) -> dict[str, Any]:
-        from kproxy.demo import WorkloadProfile, profile_for, run_demo
+    def run_arguments(self, candidate: Candidate, rules_path: Path) -> dict[str, Any]:
+        """What every run of `candidate` hands run_demo, besides where it writes and what it says."""
+        from kproxy.demo import WorkloadProfile, profile_for
 
         w = candidate.workload
         profile: WorkloadProfile = replace(profile_for(self.config.scenario), concurrency=w.processes,
                                            duration=w.duration, max_txn_length=w.max_txn_length, key_count=w.keys)
+        return {"seed": self.config.seed, "bootstrap": self.bootstrap, "rules_file": rules_path, "spark": self.spark,
+                "client": self.config.client, "profile": profile, "upstream_tls": self.config.upstream_tls,
+                "client_config": dict(self.config.client_config)}
+
+    def _run(self, candidate: Candidate, rules_path: Path, run_dir: Path) -> dict[str, Any]:
+        from kproxy.demo import run_demo
+
+        arguments = self.run_arguments(candidate, rules_path)
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(run_dir / "demo.log", "w") as log:
-            result = run_demo(self.config.scenario, run_dir, seed=self.config.seed, bootstrap=self.bootstrap,
-                              rules_file=rules_path, spark=self.spark, client=self.config.client, profile=profile,
+            result = run_demo(self.config.scenario, run_dir, **arguments,
                               say=lambda line: print(line, file=log, flush=True), progress=False)
         return result.report
 
@@ -212,21 +251,27 @@ def run_shrink(config: ShrinkConfig, *, spark: Any = None, say: Callable[[str], 
     from kproxy.faults.loader import load_rule_file
     from kproxy.faults.yaml_source import read_yaml
 
+    if config.upstream_tls is not None and config.bootstrap is None:
+        raise ValueError("TLS towards the broker needs a bootstrap address: the embedded brokers speak plaintext")
     load_rule_file(config.rules_file)  # a bad file fails with file and line before anything starts
     data = read_yaml(config.rules_file.read_text(), str(config.rules_file)).data
     start = Candidate(rules=data, workload=start_workload(config))
-    config.out_dir.mkdir(parents=True, exist_ok=True)
 
     stop_broker: Callable[[], None] = lambda: None  # noqa: E731
     bootstrap = config.bootstrap
     if bootstrap is not None:
         from kproxy.brokers.identify import identify
 
-        say(f"using the broker at {bootstrap}: {identify(bootstrap).describe()}")  # no broker there: fail now
+        # No broker there, or a TLS handshake that fails: fail now, before anything is written.
+        tls = config.upstream_tls.settings() if config.upstream_tls is not None else None
+        identity = identify(bootstrap, tls=tls)
+        config.out_dir.mkdir(parents=True, exist_ok=True)
+        say(f"using the broker at {bootstrap}{' over TLS' if tls is not None else ''}: {identity.describe()}")
     else:
         from kproxy.brokers import start_broker
         from kproxy.demo import DEFAULT_BROKER
 
+        config.out_dir.mkdir(parents=True, exist_ok=True)
         kind = config.broker or DEFAULT_BROKER
         config = replace(config, broker=kind)
         say(f"starting the embedded {kind} broker, shared by every candidate (log: {config.out_dir / 'broker.log'})")
@@ -364,8 +409,10 @@ def write_results(config: ShrinkConfig, runner: _Runner, result: Result, first_s
         *[f"  - {s.change}" for s in kept],
     ]
     minimal_path.write_text(rules_yaml(annotated(best.rules, kept), header))
+    secrets = secret_variables(config)
+    needs = f"# Set {', '.join(secrets)} in the environment first.\n" if secrets else ""
     (out / "replay.sh").write_text("#!/bin/sh\n# Reproduces " + config.anomaly + " with the shrunk rules and workload.\n"
-                                   + replay + "\n")
+                                   + needs + replay + "\n")
     if runner.best_run is not None:
         for name in ("report.json", "report.html"):
             if (runner.best_run / name).exists():
