@@ -1,5 +1,7 @@
 """The embedded broker kinds, the check that their binaries run, and the
-scenario runner against each of them and against a broker it did not start."""
+scenario runner against each of them. The demo against a broker it did not
+start is checked on the scenario suite's runs (tests/test_scenarios_e2e.py),
+whose Tansu `kproxy broker` started."""
 
 from __future__ import annotations
 
@@ -12,14 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.brokers import BrokerError, EmbeddedBroker, check_broker, free_port, stop_process, wait_for_port
+from kproxy.brokers import BrokerError, EmbeddedBroker, check_broker, free_port
 from kproxy.brokers.identify import identify
-from kproxy.demo import run_demo
 from tests.fixtures.timing import timed
 
 SOFTWARE = {"tansu": "tansu", "noida": "noida-db"}
 ROOT = Path(__file__).resolve().parent.parent
-RULES = ROOT / "rules"
 REPRODUCERS = ROOT / "scripts" / "repro"
 
 
@@ -76,44 +76,6 @@ def test_identify_names_an_address_where_nothing_listens():
     port = free_port()
     with pytest.raises(BrokerError, match=f"cannot connect to the broker at 127.0.0.1:{port}"):
         identify(f"127.0.0.1:{port}", timeout=2)
-
-
-def _topics(bootstrap: str) -> set[str]:
-    from confluent_kafka.admin import AdminClient
-
-    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics)
-
-
-@pytest.mark.spark
-@pytest.mark.slow  # the default suite runs this path over TLS (tests/test_tls.py, demo against a TLS cluster)
-def test_kproxy_demo_runs_against_a_broker_it_did_not_start(spark, tmp_path):
-    # The broker comes from `kproxy broker`, as a user's would; the demo's own
-    # path runs against it (the shared Spark session stands in for the CLI's).
-    # The rule-free verdict per broker kind is tests/test_scenarios_e2e.py's.
-    port = free_port()
-    broker = subprocess.Popen([sys.executable, "-m", "kproxy", "broker", "--kind", "tansu", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port("127.0.0.1", port, 15, broker)
-        bootstrap = f"127.0.0.1:{port}"
-        before = _topics(bootstrap)
-        said: list[str] = []
-        result = run_demo("healthy", tmp_path, bootstrap=bootstrap, rules_file=RULES / "healthy.yaml", duration=3,
-                          spark=spark, say=said.append, progress=False)
-        assert result.exit_code in (0, 1), said
-        version = check_broker("tansu")
-        assert f"using the broker at {bootstrap}: tansu {version}" in "\n".join(said)
-        assert result.summary.startswith(f"broker: tansu {version} at {bootstrap}, 1 node, not started by kproxy")
-        report = json.loads((tmp_path / "report.json").read_text())
-        assert report["broker"]["software"] == "tansu" and report["broker"]["started_by_kproxy"] is False
-        assert report["stats"]["completed_ops"] > 10 and report["stats"]["fault_impact"] == []
-        # The run created its own topics only, all under its prefix, and left the others alone.
-        created = _topics(bootstrap) - before
-        assert created and all(t.startswith(result.topic_prefix + "-") for t in created)
-        assert before <= _topics(bootstrap)
-        assert broker.poll() is None  # the demo left the broker it did not start running
-    finally:
-        stop_process(broker)
 
 
 @pytest.mark.parametrize("script, shows_on", [("aborted_read", "tansu"), ("stale_aborted_entry", "noida")])

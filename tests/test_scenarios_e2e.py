@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from kproxy.brokers import check_broker
 from kproxy.demo import rules_dir, run_demo, scenarios
 from kproxy.obs.trace_files import iter_trace_events
 from kproxy.obs.trace_schema import SCHEMA_VERSION
-from tests.fixtures.scenario_runs import BROKER_FOR, CONTROL, NOT_CHECKED, key as _key
+from tests.fixtures.scenario_runs import BROKER_FOR, BYSTANDER_TOPIC, CONTROL, NOT_CHECKED, key as _key
 from tests.test_trace_side_files import _python_records, _spark_records
 
 # The first test also waits for every run (the session fixture).
@@ -68,6 +69,25 @@ def test_the_rule_free_run_attributes_nothing_to_any_rule(scenario_runs, kind):
             assert f"`{name}` unexplained" in listed, f"{kind}: {name} has unexplained cases not in docs/brokers.md"
 
 
+def test_the_demo_runs_against_a_broker_it_did_not_start(scenario_runs):
+    # The Tansu runs' broker came from `kproxy broker`, as a user's would.
+    tansu = scenario_runs.tansu
+    run = scenario_runs[_key(CONTROL)]
+    version = check_broker("tansu")
+    said = "\n".join(run.said)
+    assert f"using the broker at {tansu.bootstrap}: tansu {version}" in said
+    assert f"broker: tansu {version} at {tansu.bootstrap}, 1 node, not started by kproxy" in said
+    assert run.report["broker"]["started_by_kproxy"] is False
+    assert run.report["stats"]["completed_ops"] > 10
+    # Each run created topics under its own prefix only, and left the others alone.
+    created = tansu.topics_after - tansu.topics_before
+    prefixes = {r.topic_prefix for k, r in scenario_runs.items() if k.endswith("@tansu")}
+    assert all(any(t.startswith(p + "-") for p in prefixes) for t in created), sorted(created)
+    assert all(any(t.startswith(p + "-") for t in created) for p in prefixes)
+    assert BYSTANDER_TOPIC in tansu.topics_before <= tansu.topics_after
+    assert tansu.running_after, "a demo stopped the broker it did not start"
+
+
 @pytest.mark.parametrize("name", sorted(set(scenarios()) - NOT_CHECKED - {CONTROL}))
 def test_each_scenario_attributes_what_its_rule_file_expects(scenario_runs, name):
     kind = BROKER_FOR.get(name, "tansu")
@@ -103,7 +123,7 @@ RULE_ID = "stale-commit-into-next-txn"
 # Issue 13's check on the demo's own traces: at level `records` the proxy
 # decodes nothing, Spark decodes the side files, and the torn transaction is
 # still found and attributed.
-def test_demo_finds_and_attributes_the_torn_transaction_from_side_files(scenario_runs, broker, spark, tmp_path) -> None:
+def test_demo_finds_and_attributes_the_torn_transaction_from_side_files(scenario_runs, spark, tmp_path) -> None:
     # The demo's own torn-transaction run (the scenario suite's, seed 1). The
     # stale copy races the next transaction, so a run may miss it: then
     # another seed, run here, does not.
@@ -111,7 +131,7 @@ def test_demo_finds_and_attributes_the_torn_transaction_from_side_files(scenario
     report, out = run.report, run.out
     if not report["counts"]["torn-transaction"]:
         out = tmp_path / "seed-2"
-        report = run_demo("torn-transaction", out, bootstrap=broker.bootstrap, duration=6, seed=2, spark=spark,
+        report = run_demo("torn-transaction", out, bootstrap=scenario_runs.tansu.bootstrap, duration=6, seed=2, spark=spark,
                           say=lambda line: None, progress=False).report
     assert report["counts"]["torn-transaction"] >= 1
     impact = {(i["rule"], i["anomaly"]): i["cases"] for i in report["stats"]["fault_impact"]}
