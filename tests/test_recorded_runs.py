@@ -67,3 +67,73 @@ def test_on_noida_the_torn_transactions_aborted_reads_are_the_rules(analysed):
     assert causes["G1a"].get(RULE, 0) > 0
     impact = {(r["rule"], r["anomaly"]) for r in report["stats"]["fault_impact"]}
     assert {("stale-commit-into-next-txn", "torn-transaction"), ("stale-commit-into-next-txn", "G1a")} <= impact
+
+
+def _with_idle_fetches(run: Path, out: Path, copies: int) -> tuple[int, int]:
+    """The run's trace as a segment file, each Fetch response followed by `copies` idle exchanges on its
+    connection, as noida-db answers a consumer with nothing new to read: the same partitions, offsets and
+    aborted-transactions lists, no record. Returns (events written, idle responses added)."""
+    import copy as copying
+
+    from kproxy.obs.trace_files import iter_jsonl_events
+    from kproxy.obs.trace_schema import SCHEMA_VERSION
+    from kproxy.obs.trace_segments import COLUMNS, encode_segment, file_header
+
+    events, idle = [], 0
+    for event in iter_jsonl_events(run / "traces" / "trace.jsonl.gz"):
+        events.append(event)
+        if event.get("api") != "fetch" or event.get("direction") != "response" or not event.get("partitions"):
+            continue
+        empty = [{**part, "records": [], "batches": [], "compression": None, "records_file": None,
+                  "records_offset": None, "records_length": None} for part in event["partitions"]]
+        for i in range(copies):
+            correlation_id = 1_000_000 + idle
+            for direction in ("request", "response"):
+                twin = copying.deepcopy(event)
+                twin.update(direction=direction, correlation_id=correlation_id, mono_ns=event["mono_ns"] + i + 1,
+                            partitions=copying.deepcopy(empty) if direction == "response" else None)
+                events.append(twin)
+            idle += 1
+    rows = [[SCHEMA_VERSION if name == "schema_version" else e.get(name) for name, _ in COLUMNS] for e in events]
+    out.mkdir(parents=True)
+    with open(out / "trace-idle-20260101T000000-000000.events", "wb") as f:
+        f.write(file_header())
+        for start in range(0, len(rows), 512):
+            f.write(encode_segment(rows[start : start + 512]))
+    return len(events), idle
+
+
+def test_idle_fetches_keep_their_events_and_change_no_finding(analysed, spark, tmp_path):
+    """noida-db's idle consumers flood the trace with empty Fetch responses: the analysis reads their
+    partitions once per distinct text (load_traces(lean=True)) and finds exactly what it finds without them."""
+    from pyspark.sql import functions as F
+
+    from kproxy_spark.jobs import analyze
+    from kproxy_spark.traces import load_traces, trace_partitions
+
+    run = RECORDED / "noida-torn-transaction"
+    events, idle = _with_idle_fetches(run, tmp_path / "traces", copies=12)
+    assert idle > 1000
+
+    def facts(lean: bool) -> tuple:
+        traces = load_traces(spark, tmp_path / "traces", lean=lean)
+        fetches = traces.where((F.col("api") == "fetch") & (F.col("direction") == "response"))
+        [row] = fetches.agg(F.count(F.lit(1)).alias("n"),
+                            F.sum(F.col("partitions").isNotNull().cast("int")).alias("with_partitions")).collect()
+        entries = (trace_partitions(traces).where(F.col("aborted_transactions").isNotNull())
+                   .select("topic", "partition", F.explode("aborted_transactions").alias("a"))
+                   .select("topic", "partition", "a.producer_id", "a.first_offset").distinct().collect())
+        return traces.count(), row["n"], row["with_partitions"], sorted(map(tuple, entries))
+
+    full, lean = facts(False), facts(True)
+    assert full[0] == lean[0] == events and full[1] == lean[1] == full[2]
+    # Most idle responses repeat one seen before; every aborted-transactions entry is still there.
+    assert lean[2] < full[2] - idle // 2
+    assert lean[3] == full[3] and lean[3]
+
+    plain = analysed("noida-torn-transaction")
+    flooded = analyze(str(run / "history.jsonl"), str(tmp_path / "traces"), str(tmp_path / "out"), spark=spark)
+    assert flooded["counts"] == plain["counts"]
+    assert flooded["stats"]["causes"] == plain["stats"]["causes"]
+    assert set(flooded["stats"]["causes"]["torn-transaction"]) == {RULE}
+    assert flooded["stats"]["trace_events"] == events

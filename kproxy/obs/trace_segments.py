@@ -424,14 +424,12 @@ def segment_index(path: Path | str) -> list[tuple[int, int]]:
         return out
 
 
-def read_segment_arrow(path: Path | str, offset: int, length: int, columns: Sequence[tuple[str, str]] = COLUMNS):  # noqa: ANN201
-    """One segment of a file as a flat pyarrow RecordBatch with exactly `columns` (by name; missing ones null).
+def read_segment_cells(path: Path | str, offset: int, length: int) -> tuple[int, dict[str, list[Any]]]:
+    """One segment of a file: its row count and each column's cells by name (JSON cells as UTF-8 bytes).
 
-    Nested fields stay JSON text. Checks the segment's checksum: damage is a
-    SegmentError naming the file and the segment's offset.
+    Checks the segment's checksum: damage is a SegmentError naming the file
+    and the segment's offset.
     """
-    import pyarrow as pa
-
     path = Path(path)
     start = offset - _SEGMENT_HEAD.size
     with open(path, "rb") as f:
@@ -449,7 +447,13 @@ def read_segment_arrow(path: Path | str, offset: int, length: int, columns: Sequ
         raise SegmentError(f"{path}:{start}: segment checksum mismatch")
     file_columns = tuple((str(name), str(kind)) for name, kind in header["columns"])
     n, cols = decode_payload(payload, file_columns, f"{path}:{start}")
-    by_name = dict(zip((name for name, _ in file_columns), cols))
+    return n, dict(zip((name for name, _ in file_columns), cols))
+
+
+def cells_to_arrow(n: int, by_name: dict[str, list[Any]], columns: Sequence[tuple[str, str]] = COLUMNS):  # noqa: ANN201
+    """A flat pyarrow RecordBatch of `n` rows with exactly `columns` (by name; missing ones null); JSON stays text."""
+    import pyarrow as pa
+
     arrow_type = {"long": pa.int64(), "int": pa.int32(), "double": pa.float64(), "boolean": pa.bool_(),
                   "string": pa.string(), "json": pa.string()}
     arrays = []
@@ -459,8 +463,20 @@ def read_segment_arrow(path: Path | str, offset: int, length: int, columns: Sequ
             arrays.append(pa.nulls(n, type=arrow_type[kind]))
             continue
         if kind == "json":
-            cells = [None if c is None else c.decode("utf-8") for c in cells]
-        elif kind == "boolean":
+            # Built from the bytes and checked as UTF-8 in C: no str per cell.
+            arrays.append(pa.array(cells, type=pa.binary()).cast(pa.string()))
+            continue
+        if kind == "boolean":
             cells = [None if c is None else bool(c) for c in cells]
         arrays.append(pa.array(cells, type=arrow_type[kind]))
     return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in columns])
+
+
+def read_segment_arrow(path: Path | str, offset: int, length: int, columns: Sequence[tuple[str, str]] = COLUMNS):  # noqa: ANN201
+    """One segment of a file as a flat pyarrow RecordBatch with exactly `columns` (by name; missing ones null).
+
+    Nested fields stay JSON text. Checks the segment's checksum: damage is a
+    SegmentError naming the file and the segment's offset.
+    """
+    n, by_name = read_segment_cells(path, offset, length)
+    return cells_to_arrow(n, by_name, columns)

@@ -27,8 +27,19 @@ def _files(directory: Path, suffix: str) -> list[str]:
     return sorted(str(p) for p in directory.rglob(f"*{suffix}") if p.is_file())
 
 
-def load_traces(spark: SparkSession, directory: str | Path) -> DataFrame:
-    """Every trace event in `directory` (segments, JSONL and/or Parquet, rotated files included)."""
+def load_traces(spark: SparkSession, directory: str | Path, *, lean: bool = False) -> DataFrame:
+    """Every trace event in `directory` (segments, JSONL and/or Parquet, rotated files included).
+
+    `lean` (the analysis): a Fetch response of a segment file whose
+    partitions carry no record and repeat, text for text, those of a
+    response read before it gets null `partitions`. Every event stays (the
+    counts and latencies are the same); what the checks read from a Fetch
+    response's partitions (its records, and the aborted-transactions
+    entries and last stable offset beside them, entry by entry) is all
+    still there once. An idle consumer of a broker that answers an empty
+    Fetch at once repeats the same response thousands of times a second
+    (docs/traces.md, "Repeated texts").
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"trace directory not found: {directory}")
@@ -43,48 +54,115 @@ def load_traces(spark: SparkSession, directory: str | Path) -> DataFrame:
     parquet = _files(directory, ".parquet")
     if parquet:
         frames.append(spark.read.schema(schema).parquet(*parquet))
+    if frames:
+        # Side files are named relative to the event file that references them.
+        frames = [frame.withColumn(_SOURCE, F.input_file_name()) for frame in frames]
+        traces = frames[0]
+        for frame in frames[1:]:
+            traces = traces.unionByName(frame)
+        # A torn last line of a killed writer parses to an all-null row; drop it.
+        frames = [with_side_records(traces.where(F.col("direction").isNotNull()))]
     segments = _files(directory, ".events")
     if segments:
-        frames.append(load_segments(spark, segments))
+        # Side records are decoded as the segments are read.
+        frames.append(load_segments(spark, segments, lean=lean))
     if not frames:
         return spark.createDataFrame([], schema)
-    # Side files are named relative to the event file that references them.
-    frames = [frame if _SOURCE in frame.columns else frame.withColumn(_SOURCE, F.input_file_name())
-              for frame in frames]
     traces = frames[0]
     for frame in frames[1:]:
         traces = traces.unionByName(frame)
-    # A torn last line of a killed writer parses to an all-null row; drop it.
-    return with_side_records(traces.where(F.col("direction").isNotNull()))
+    return traces
 
 
 _SOURCE = "_trace_file"
 
-# Segments per task when reading segment files: one segment is one flush
-# batch of the writer (up to 512 events), so a task gets a few thousand events.
-_SEGMENTS_PER_TASK = 16
+# Bytes of segments per task when reading segment files (the traces' cached
+# partitions: every scan of them runs a task per partition). A segment is one
+# flush batch of the writer (up to 512 events): 16 MB is thousands of events
+# with records, or tens of thousands of an idle consumer's Fetches.
+_SEGMENT_BYTES_PER_TASK = 16 * 1024 * 1024
 
 
-def _segment_batches(index_batches):  # noqa: ANN001, ANN202 - runs on the executors (mapInArrow)
-    import pyarrow as pa
+def _partitions_with_records(text: bytes, api, direction, directory: Path, source: str) -> tuple[bytes, bool]:  # noqa: ANN001
+    """A partitions text with `records` decoded from the side file where it points at one, and whether
+    it is a Fetch response's that carries no record at all (nothing to read but offsets and entries)."""
+    import orjson
 
-    from kproxy.obs.trace_segments import read_segment_arrow
+    from kproxy.obs.trace_segments import json_default
 
+    parts = orjson.loads(text)
+    decoded = False
+    for part in parts:
+        if part.get("records_file") and part.get("records") is None:
+            part["records"] = _side_records(part, api, direction, directory, source)
+            decoded = True
+    empty = api == "fetch" and direction == "response" and not any(
+        part.get("records") or part.get("batches") or part.get("records_file") for part in parts)
+    return (orjson.dumps(parts, default=json_default) if decoded else text), empty
+
+
+def _side_records(part: dict, api, direction, directory: Path, source: str):  # noqa: ANN001, ANN202
+    from kproxy.protocol.record_views import side_records
+
+    path = directory / part["records_file"]
+    offset, length = part["records_offset"], part["records_length"]
+    with open(path, "rb") as f:
+        f.seek(offset)
+        raw = f.read(length)
+    if len(raw) != length:
+        raise ValueError(f"{path}: {length} bytes at offset {offset} referenced by {source}, only {len(raw)} there")
+    return side_records(raw, api, direction, part)
+
+
+def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None) -> None:
+    """Fill in the side records of one segment's partitions texts (each distinct text decoded once);
+    with `kept` (lean), null the repeats of record-free Fetch responses already in `kept`."""
+    texts = cells.get("partitions")
+    if texts is None:
+        return
+    directory = Path(source).parent
+    api, direction = cells.get("api") or [None] * n, cells.get("direction") or [None] * n
+    rule, upstream = cells.get("rule") or [None] * n, cells.get("upstream_partitions") or [None] * n
+    done: dict = {}
+    for i, text in enumerate(texts):
+        if text is None:
+            continue
+        key = (api[i], direction[i], text)
+        resolved = done.get(key)
+        if resolved is None:
+            resolved = done[key] = _partitions_with_records(text, api[i], direction[i], directory, source)
+        text, empty = resolved
+        if kept is not None and empty and rule[i] is None and upstream[i] is None:
+            if text in kept:
+                text = None
+            else:
+                kept.add(text)
+        texts[i] = text
+
+
+def _segment_batches(index_batches, lean: bool = False):  # noqa: ANN001, ANN202 - runs on the executors (mapInArrow)
+    from kproxy.obs.trace_segments import cells_to_arrow, read_segment_cells
+
+    # Repeats are looked for within a task (a few thousand events): enough
+    # for a consumer that polls thousands of times a second, and bounded.
+    kept: set | None = set() if lean else None
     for index in index_batches:
         for path, offset, length in zip(*(index.column(c).to_pylist() for c in ("path", "offset", "length"))):
-            batch = read_segment_arrow(path, offset, length)
-            yield batch.append_column(_SOURCE, pa.array([path] * batch.num_rows, pa.string()))
+            n, cells = read_segment_cells(path, offset, length)
+            _resolve_partitions(n, cells, path, kept)
+            yield cells_to_arrow(n, cells)
 
 
-def load_segments(spark: SparkSession, files: list[str]) -> DataFrame:
+def load_segments(spark: SparkSession, files: list[str], *, lean: bool = False) -> DataFrame:
     """Events of segment trace files (kproxy/obs/trace_segments.py), read and decoded on the executors.
 
     The driver only walks segment heads to list (file, offset, length); the
-    executors read each segment, check its checksum and turn it into Arrow
-    (nested fields as JSON text), and Spark parses the nested fields with the
-    schema's own types. A file cut short by a killed proxy ends at its last
-    complete segment; a damaged segment fails the analysis, naming the file
-    and offset.
+    executors read each segment, check its checksum, decode the side records
+    its partitions point at (once per distinct partitions text) and turn it
+    into Arrow (nested fields as JSON text), and Spark parses the nested
+    fields with the schema's own types. A file cut short by a killed proxy
+    ends at its last complete segment; a damaged segment fails the analysis,
+    naming the file and offset. `lean`: see load_traces.
     """
     from pyspark.sql import types as T
 
@@ -95,38 +173,28 @@ def load_segments(spark: SparkSession, files: list[str]) -> DataFrame:
     flat = T.StructType(
         [T.StructField(f.name, T.StringType() if kind == "json" else spark_type(f.type), True)
          for f, (_, kind) in zip(EVENT, COLUMNS, strict=True)]
-        + [T.StructField(_SOURCE, T.StringType(), True)]
     )
     if not index:
-        return spark.createDataFrame([], flat)
-    slices = max(1, -(-len(index) // _SEGMENTS_PER_TASK))
+        return spark.createDataFrame([], spark_schema())
+    slices = min(len(index), max(1, -(-sum(length for _, _, length in index) // _SEGMENT_BYTES_PER_TASK)))
     segments = spark.createDataFrame(index, "path string, offset long, length long").repartition(slices)
-    events = segments.mapInArrow(_segment_batches, flat)
+    events = segments.mapInArrow(lambda batches: _segment_batches(batches, lean), flat)
     return events.select(*[
         F.from_json(f.name, spark_type(f.type)).alias(f.name) if kind == "json" else F.col(f.name)
         for f, (_, kind) in zip(EVENT, COLUMNS, strict=True)
-    ], _SOURCE)
+    ])
+
 
 def _decode_side_partitions(partitions, source, api, direction):  # noqa: ANN001, ANN202 - runs on the executors
     """A version-3 event's partitions with `records` decoded from the raw batches in its side file."""
     from urllib.parse import unquote, urlparse
 
-    from kproxy.protocol.record_views import side_records
-
     directory = Path(unquote(urlparse(source).path)).parent
     out = []
     for row in partitions:
         part = row.asDict(recursive=True)
-        name = part.get("records_file")
-        if name and part.get("records") is None:
-            path = directory / name
-            offset, length = part["records_offset"], part["records_length"]
-            with open(path, "rb") as f:
-                f.seek(offset)
-                raw = f.read(length)
-            if len(raw) != length:
-                raise ValueError(f"{path}: {length} bytes at offset {offset} referenced by {source}, only {len(raw)} there")
-            part["records"] = side_records(raw, api, direction, part)
+        if part.get("records_file") and part.get("records") is None:
+            part["records"] = _side_records(part, api, direction, directory, source)
         out.append(part)
     return out
 
@@ -134,25 +202,28 @@ def _decode_side_partitions(partitions, source, api, direction):  # noqa: ANN001
 def with_side_records(traces: DataFrame) -> DataFrame:
     """Fill version-3 partitions' `records` from their side files, as version 2 carried them inline.
 
-    The proxy only copied each partition's raw record batches to a side file;
-    decompressing (cramjam) and decoding them happens here, on the executors,
-    in parallel over the events that have any. Events without (version 2,
-    headers-level, other APIs) pass through untouched, so everything
-    downstream (trace_records and its users) reads both versions alike.
+    For JSON Lines and Parquet traces (segment files are decoded as they are
+    read, load_segments). The proxy only copied each partition's raw record
+    batches to a side file; decompressing (cramjam) and decoding them
+    happens here, on the executors, in parallel over the events that have
+    any. Events without (version 2, headers-level, other APIs) pass through
+    untouched, so everything downstream (trace_records and its users) reads
+    both versions alike. One pass over the source: the events that need no
+    decoding hand the Python function a null (a union of two filtered scans
+    parsed every JSON line twice).
     """
     if _SOURCE not in traces.columns:
         return traces
     partitions_type = traces.schema["partitions"].dataType
-    decode = F.udf(_decode_side_partitions, partitions_type)
+    decode = F.udf(lambda partitions, source, api, direction: None if partitions is None
+                   else _decode_side_partitions(partitions, source, api, direction), partitions_type)
     needs = F.coalesce(
         F.exists("partitions", lambda p: p["records_file"].isNotNull() & p["records"].isNull()), F.lit(False)
     )
-    columns = [c for c in traces.columns if c != _SOURCE]
-    untouched = traces.where(~needs).select(*columns)
-    decoded = traces.where(needs).withColumn(
-        "partitions", decode("partitions", _SOURCE, "api", "direction")
-    ).select(*columns)
-    return untouched.unionByName(decoded)
+    decoded = decode(F.when(needs, F.col("partitions")), F.when(needs, F.col(_SOURCE)), "api", "direction")
+    columns = [F.coalesce(decoded, F.col("partitions")).alias(c) if c == "partitions" else F.col(c)
+               for c in traces.columns if c != _SOURCE]
+    return traces.select(*columns)
 
 
 def _with_coalesced_ids(traces: DataFrame) -> DataFrame:
