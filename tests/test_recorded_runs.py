@@ -137,3 +137,28 @@ def test_idle_fetches_keep_their_events_and_change_no_finding(analysed, spark, t
     assert flooded["stats"]["causes"] == plain["stats"]["causes"]
     assert set(flooded["stats"]["causes"]["torn-transaction"]) == {RULE}
     assert flooded["stats"]["trace_events"] == events
+
+
+def test_on_noida_the_writes_a_stale_commit_cut_off_from_their_transaction_are_the_rules(analysed):
+    """The torn run's lost writes: each was produced after the rule's stale EndTxn(commit) had ended its
+    transaction on noida-db, so the client's own EndTxn(commit) did not reach it and the producer's next
+    transaction, which aborted, took it (docs/analysis.md, "Causes"). The reverse, a record cut off from a
+    transaction the client aborted and committed by the next, is a G1a of the rule's."""
+    report = analysed("noida-torn-transaction")
+    causes = report["stats"]["causes"]
+    for name in report["errors"]:
+        assert "unexplained" not in causes.get(name, {}), (name, causes.get(name))
+    assert set(causes["lost-write"]) == {RULE}
+    lost = {(c["key"], c["value"]): c["cause"] for c in report["anomalies"]["lost-write"]}
+    cause = lost[(0, 14)]  # op 27's last send, told committed
+    assert (cause["by"], cause["rule"], cause["name"]) == ("rule", "stale-commit-into-next-txn",
+                                                           "cut-off-by-stale-end-txn")
+    # Where the trace shows it: the stale EndTxn (the rule's copy) and the record it cut off.
+    assert cause["at"] == {"topic": "kproxy-demo-ea9b44e219-0", "partition": 0, "offset": 20,
+                           "conn_id": 9, "correlation_id": 10}
+    for evidence in ("its Produce (conn 6, correlation id 20)", "stale EndTxn(commit) (conn 9, correlation id 10, copy 1)",
+                     "the client's own EndTxn(commit) (conn 9, correlation id 15) did not reach it",
+                     "next marker in kproxy-demo-ea9b44e219-0[0] after offset 20 aborted it"):
+        assert evidence in cause["text"], cause["text"]
+    g1a = [c["cause"] for c in report["anomalies"]["G1a"] if (c["key"], c["value"]) == (4, 3)]
+    assert g1a and all(c["name"] == "cut-off-by-stale-end-txn" and "committed it" in c["text"] for c in g1a)

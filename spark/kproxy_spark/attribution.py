@@ -35,12 +35,14 @@ BROKER_DIAGNOSES = ("aborted-txn-not-listed", "stale-aborted-entry", "past-last-
 SERVED_WRONGLY = (
     ("stale-end-txn", "committed"),  # a stale EndTxn(commit) committed it
     ("late-produce", "committed"),  # a late copy landed in a later, committed transaction
+    ("cut-off-by-stale-end-txn", "committed"),  # cut off from its aborted transaction, a later commit took it
     ("aborted-txn-not-listed", None),  # served as aborted records nothing told the client to drop
     ("past-last-stable-offset", None),
 )
 # What can explain committed values no client read.
 MISSED = (
     ("stale-end-txn", "aborted"),  # a stale EndTxn(abort) aborted a transaction the client committed
+    ("cut-off-by-stale-end-txn", "aborted"),  # cut off from its committed transaction, a later abort took it
     ("removed-by-rule", None),
     ("stale-aborted-entry", None),  # the client dropped it by an aborted entry that did not apply
     ("records-left-out", None),  # a response skipped it among records it served
@@ -67,6 +69,8 @@ _FACT_TEXT = {
     "late-produce": "a late Produce landed it in a later transaction",
     "copy-landed": "a copy of its Produce landed it again",
     "removed-by-rule": "it was taken out of a Fetch response",
+    "cut-off-by-stale-end-txn": "a stale EndTxn ended its transaction on the broker before it arrived, and the"
+                                " log gave it another fate than the client's own EndTxn",
     "aborted-txn-not-listed": "a read_committed Fetch response served it as an aborted record without listing its"
                               " transaction as aborted",
     "stale-aborted-entry": "a read_committed Fetch response listed its producer as aborted though its transaction"
@@ -115,6 +119,8 @@ def _cause(by: str, name: str, row: Mapping[str, Any] | None = None, rule: str |
         if at and "conn_id" in at:
             text += f" (conn {at['conn_id']}, correlation id {at.get('correlation_id')}"
             text += f", {at['topic']}[{at['partition']}] offset {at['offset']})" if "topic" in at else ")"
+        if row is not None and row.get("evidence"):
+            text += f": {row['evidence']}"
         if rule:
             text = f"rule '{rule}': {text}"
         elif by == BROKER:

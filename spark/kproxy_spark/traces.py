@@ -533,6 +533,7 @@ def end_txns(traces: DataFrame) -> DataFrame:
         "outcome",
         "delivered",
         "response_error_code",
+        "response_ns",
     )
 
 

@@ -21,6 +21,7 @@ from kproxy_spark.history import flatten_mops, key_partitions, sends
 from kproxy_spark.traces import (
     END_TXN_ATTRIBUTION,
     EXCHANGE,
+    TXN_KEY,
     end_txns,
     fetched_records,
     landings,
@@ -652,10 +653,66 @@ def left_out_records(fetched: DataFrame, log: DataFrame) -> DataFrame:
 #: per written (key, value), every wire fact that explains why a client saw
 #: it, missed it or saw its fate differ from what it was told.
 VALUE_FACT_COLUMNS = ("key", "value", "fact", "rule", "topic", "partition", "offset", "conn_id", "correlation_id",
-                      "detail")
+                      "detail", "evidence")
 
 
-def value_facts(fetched: DataFrame, log: DataFrame, removed: DataFrame) -> DataFrame:
+def cut_off_records(log: DataFrame, ends: DataFrame) -> DataFrame:
+    """Traced records a rule's stale EndTxn cut off from their own
+    transaction: the stale EndTxn, of the same producer, was answered after
+    the producer's previous own EndTxn reached the broker and before the
+    record's Produce did, so it ended the record's transaction early; the
+    record landed after that end, the client's own EndTxn (the next one
+    delivered) did not reach it, and the log gave it another fate than that
+    EndTxn's: its producer's next marker in the partition, or an
+    aborted-transactions entry covering it (noida-db: the next transaction's
+    ABORT, so a committed write is dropped; docs/analysis.md, "Causes").
+
+    One row per record, the latest such stale EndTxn, with `log_fate` and
+    the ids of the Produce, the stale EndTxn and the client's own EndTxn."""
+    ok = F.col("delivered") & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
+    told = F.when(F.col("end_end_txn_commit"), "committed").when(~F.col("end_end_txn_commit"), "aborted")
+    records = log.where(
+        F.col("produce_delivery_ns").isNotNull() & F.col("end_hazard").isNull() & F.col("marker_fate").isNotNull()
+        & told.isNotNull() & (F.col("marker_fate") != told)
+    ).select(*TXN_KEY, "topic", "partition", "offset", "key_long", "value_long", "produce_delivery_ns",
+             "produce_conn_id", "produce_correlation_id", "end_conn_id", "end_correlation_id", "end_end_txn_commit",
+             F.col("marker_fate").alias("log_fate"), F.col("next_marker_fate").isNotNull().alias("by_marker"))
+    own = ends.where(ok & F.col("hazard").isNull()).select(*TXN_KEY, F.col("delivery_ns").alias("own_ns"))
+    began = records.join(own, list(TXN_KEY)).where(F.col("own_ns") < F.col("produce_delivery_ns")).groupBy(
+        "topic", "partition", "offset").agg(F.max("own_ns").alias("began_ns"))
+    stale = ends.where(ok & F.col("hazard").isNotNull() & F.col("rule").isNotNull() & F.col("response_ns").isNotNull())
+    stale = stale.select(*TXN_KEY, F.struct(
+        F.col("response_ns").alias("answered_ns"), F.col("conn_id").alias("conn_id"),
+        F.col("correlation_id").alias("correlation_id"), F.col("copy").alias("copy"),
+        F.col("end_txn_commit").alias("commit"), F.col("rule").alias("rule")).alias("stale"))
+    cut = records.join(began, ["topic", "partition", "offset"], "left").join(stale, list(TXN_KEY)).where(
+        (F.col("stale.answered_ns") < F.col("produce_delivery_ns"))
+        & (F.col("began_ns").isNull() | (F.col("stale.answered_ns") > F.col("began_ns"))))
+    return cut.groupBy(*[c for c in records.columns if c not in TXN_KEY]).agg(
+        F.max_by("stale", "stale.answered_ns").alias("stale"))
+
+
+def _cut_off_evidence() -> Column:
+    def verb(commit: Column) -> Column:
+        return F.when(commit, F.lit("commit")).otherwise(F.lit("abort"))
+
+    return F.concat(
+        F.format_string("its Produce (conn %d, correlation id %d) reached the broker after the stale EndTxn(",
+                        "produce_conn_id", "produce_correlation_id"),
+        verb(F.col("stale.commit")),
+        F.format_string(") (conn %d, correlation id %d, copy %d) had ended its producer's transaction there, so the"
+                        " client's own EndTxn(", "stale.conn_id", "stale.correlation_id", "stale.copy"),
+        verb(F.col("end_end_txn_commit")),
+        F.format_string(") (conn %d, correlation id %d) did not reach it, and ", "end_conn_id", "end_correlation_id"),
+        F.when(F.col("by_marker"), F.format_string(
+            "its producer's next marker in %s[%d] after offset %d %s it", "topic", "partition", "offset",
+            F.when(F.col("log_fate") == "aborted", F.lit("aborted")).otherwise(F.lit("committed"))))
+        .otherwise(F.format_string("an aborted-transactions entry covers it at %s[%d] offset %d",
+                                   "topic", "partition", "offset")),
+    )
+
+
+def value_facts(fetched: DataFrame, log: DataFrame, removed: DataFrame, ends: DataFrame | None = None) -> DataFrame:
     """Rows (VALUE_FACT_COLUMNS) of the facts kproxy_spark.attribution reads:
 
     * ``stale-end-txn``: the EndTxn that decided the record was stale (rule:
@@ -665,15 +722,21 @@ def value_facts(fetched: DataFrame, log: DataFrame, removed: DataFrame) -> DataF
       read_committed response served it so (rule: the rewriting rule when its
       rewrite made it so); ``past-last-stable-offset``: the broker's own
       response served it beyond its LSO;
-    * ``removed-by-rule``: a rule took it out of a Fetch response.
+    * ``removed-by-rule``: a rule took it out of a Fetch response;
+    * ``cut-off-by-stale-end-txn``: a rule's stale EndTxn ended its
+      transaction before its Produce arrived and the log decided it otherwise
+      than the client's own EndTxn (cut_off_records; detail: the log's fate,
+      at: the stale EndTxn, evidence: the exchanges that show it). Needs `ends`.
     """
-    def pick(frame: DataFrame, fact: str, rule: Column, detail: Column) -> DataFrame:
+    def pick(frame: DataFrame, fact: str, rule: Column, detail: Column, evidence: Column | None = None,
+             at: tuple[Column, Column] | None = None) -> DataFrame:
+        conn, correlation = at or [F.col(c) if c in frame.columns else F.lit(None) for c in ("conn_id", "correlation_id")]
         return frame.select(
             F.col("key_long").alias("key"), F.col("value_long").alias("value"), F.lit(fact).alias("fact"),
             rule.alias("rule"), "topic", "partition", "offset",
-            *[(F.col(c) if c in frame.columns else F.lit(None)).cast("long").alias(c)
-              for c in ("conn_id", "correlation_id")],
+            conn.cast("long").alias("conn_id"), correlation.cast("long").alias("correlation_id"),
             detail.cast("string").alias("detail"),
+            (F.lit(None) if evidence is None else evidence).cast("string").alias("evidence"),
         )
 
     landed = log.where(F.col("key_long").isNotNull() & F.col("value_long").isNotNull())
@@ -694,13 +757,17 @@ def value_facts(fetched: DataFrame, log: DataFrame, removed: DataFrame) -> DataF
         pick(landed.where(F.col("produce_copy") > 0), "copy-landed", F.col("produce_rule"), F.col("fate")),
         pick(_left_out(fetched, log), "records-left-out", F.lit(None).cast("string"), F.col("client_id")),
     ]
+    if ends is not None:
+        cut = cut_off_records(log, ends).where(F.col("key_long").isNotNull() & F.col("value_long").isNotNull())
+        parts.append(pick(cut, "cut-off-by-stale-end-txn", F.col("stale.rule"), F.col("log_fate"), _cut_off_evidence(),
+                          at=(F.col("stale.conn_id"), F.col("stale.correlation_id"))))
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
     # One row per value, fact and rule: the first place it was seen says where.
     return union.groupBy("key", "value", "fact", "rule").agg(
         *[F.min_by(c, F.struct("offset", "conn_id", "correlation_id")).alias(c)
-          for c in ("topic", "partition", "offset", "conn_id", "correlation_id", "detail")]
+          for c in ("topic", "partition", "offset", "conn_id", "correlation_id", "detail", "evidence")]
     )
 
 
@@ -958,7 +1025,7 @@ def wire_checks(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
         "stale-aborted-entry": stale_aborted_entries(fetched, log),
         "past-lso-read": past_lso_reads(fetched, log),
         "left-out-records": left_out_records(fetched, log),
-        "~value-facts": value_facts(fetched, log, rule_removed_records(traces)),
+        "~value-facts": value_facts(fetched, log, rule_removed_records(traces), views.ends),
         "~rule-writes": rule_writes(sent, attempts, log),
     }
     cases["latency"] = latency(traces)
