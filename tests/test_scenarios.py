@@ -510,10 +510,16 @@ def _kafka_python_read_committed(bootstrap: str, topic: str, seconds: float = 4.
 
     kc = kafka.KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
                              auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
-    kc.assign([kafka.TopicPartition(topic, 0)])
+    tp = kafka.TopicPartition(topic, 0)
+    kc.assign([tp])
+    # Both logs read here end with their last transaction's commit marker, one offset below the last stable
+    # offset: once the position is there, every record has been returned or skipped, and reading on only
+    # waited out `seconds` (kafka-python does not step over a trailing marker, so the position stops at it).
+    # A reader that stalls short of it still reads until `seconds` run out.
+    last_marker = kc.end_offsets([tp])[tp] - 1
     read: list[str] = []
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while kc.position(tp) < last_marker and time.monotonic() < deadline:
         read += [m.value.decode() for msgs in kc.poll(timeout_ms=300).values() for m in msgs]
     kc.close()
     return read
