@@ -143,8 +143,9 @@ def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None) -> N
 def _segment_batches(index_batches, lean: bool = False):  # noqa: ANN001, ANN202 - runs on the executors (mapInArrow)
     from kproxy.obs.trace_segments import cells_to_arrow, read_segment_cells
 
-    # Repeats are looked for within a task (a few thousand events): enough
-    # for a consumer that polls thousands of times a second, and bounded.
+    # Repeats are looked for within a task (up to 16 MB of segments): enough
+    # for a consumer that polls thousands of times a second, and bounded by
+    # the distinct record-free texts of the task.
     kept: set | None = set() if lean else None
     for index in index_batches:
         for path, offset, length in zip(*(index.column(c).to_pylist() for c in ("path", "offset", "length"))):
