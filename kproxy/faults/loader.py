@@ -144,5 +144,5 @@ def _locate(loc: Path, message: str, src: SourceData, source: str) -> Problem:
             node, path = node[part], path + (part,)
         elif i == len(loc) - 1 and isinstance(node, dict) and isinstance(part, str):
             path = path + (part,)  # a missing key: named in the path, reported at its mapping's line
-    line = src.line_of(path) if src.lines else None
+    line = src.line_of(path)
     return Problem(source, line, path, message)

@@ -66,8 +66,11 @@ class SourceData:
     data: Any
     lines: dict[Path, int] = field(default_factory=dict)
 
-    def line_of(self, path: Path) -> int:
-        """The line of `path`, or of its nearest written ancestor (for a missing key)."""
+    def line_of(self, path: Path) -> int | None:
+        """The line of `path`, or of its nearest written ancestor (for a missing key);
+        None for data that came with no lines (built in code, not read from text)."""
+        if not self.lines:
+            return None
         while path not in self.lines and path:
             path = path[:-1]
         return self.lines.get(path, 1)
