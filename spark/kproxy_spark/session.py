@@ -8,6 +8,13 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+#: A join whose every side is in one partition stays unshuffled only while
+#: Spark estimates it below this size; after a few joins its estimates run
+#: to exabytes on a trace of kilobytes. The analysis puts frames in one
+#: partition only when the session shuffles into one anyway (one_partition).
+SINGLE_PARTITION_BYTES = "spark.sql.maxSinglePartitionBytes"
+UNBOUNDED = str(2**62)
+
 #: Spark's logging for the analysis: errors only (see the file).
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -50,6 +57,7 @@ def get_session(
         # side; the analysis is shaped as a handful of jobs, so joins shuffle
         # unless a broadcast is asked for by name.
         .config("spark.sql.autoBroadcastJoinThreshold", "-1")
+        .config(SINGLE_PARTITION_BYTES, UNBOUNDED)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", os.environ.get("KPROXY_SPARK_DRIVER_MEMORY", "2g"))
@@ -109,6 +117,7 @@ def size_for_input(spark: SparkSession, input_bytes: int, small_bytes: int) -> N
     # Input splits small enough that a task's rows, parsed and kept, fit a
     # 2 GiB driver beside its neighbour's (128 MB of JSON did not, at 10M ops).
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(32 * 1024 * 1024))
+    spark.conf.set(SINGLE_PARTITION_BYTES, UNBOUNDED)
     spark.conf.set(PERSIST_CONF, "MEMORY_AND_DISK" if input_bytes < IN_MEMORY_BYTES else "DISK_ONLY")
 
 
@@ -137,6 +146,27 @@ class KeptRows:
         self._rdd.unpersist(False)
 
     release = unpersist
+
+
+def shuffles_into_one(spark: SparkSession) -> bool:
+    """Whether every shuffle of this session lands in one partition (a small
+    input, `size_for_input`, or the tests' session)."""
+    return spark.conf.get("spark.sql.shuffle.partitions") == "1"
+
+
+def one_partition(frame):  # noqa: ANN001, ANN201 - DataFrame -> DataFrame
+    """`frame` in one partition, without a shuffle, when the session shuffles
+    into one partition anyway.
+
+    A frame Spark knows to be in one partition satisfies every grouping,
+    join and window without an exchange; a shuffle's output, even into one
+    partition, is known only by its own keys, so the next operation on other
+    keys shuffles again. On a small input every such stage costs a fixed
+    0.1-0.2 s, and the wire checks had about 75 of them
+    (docs/performance-analysis.md). Work is the same: one task per keyed
+    operation either way.
+    """
+    return frame.coalesce(1) if shuffles_into_one(frame.sparkSession) else frame
 
 
 def keep(frame, held: list | None = None):  # noqa: ANN001, ANN201 - DataFrame -> DataFrame

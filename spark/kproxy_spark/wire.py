@@ -910,10 +910,12 @@ def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
     Spark job: the anomalies of wire_checks, the ``latency`` and
     ``fault-impact`` tables, and ``~phases``, ``~end-txn-outcomes``,
     ``~trace-events`` and ``~clock-offset`` for the report's stats."""
-    level = traces.storageLevel
-    if not (level.useMemory or level.useDisk):
-        from kproxy_spark.session import keep
+    from kproxy_spark.session import keep, one_partition
 
+    level = traces.storageLevel
+    ops = one_partition(ops)
+    traces = one_partition(traces)
+    if not (level.useMemory or level.useDisk):
         # Traces the caller did not cache (a test's literal files) would be
         # read, and their side files decoded, once per view and check.
         traces = keep(traces, cached)
@@ -992,7 +994,10 @@ def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held:
     """history_sends, produce_attempts, fetched_records (FETCHED_COLUMNS),
     end_txns and landings, kept; their releases go to `held`, for the caller:
     analyses that share a session must not clear each other's rows."""
-    from kproxy_spark.session import keep
+    from kproxy_spark.session import keep as keep_rows, one_partition
+
+    def keep(frame, held):  # noqa: ANN001, ANN202
+        return keep_rows(one_partition(frame), held)
 
     sent = keep(history_sends(ops), held)
     attempts = keep(produce_attempts(traces), held)
