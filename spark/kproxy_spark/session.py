@@ -154,19 +154,41 @@ def shuffles_into_one(spark: SparkSession) -> bool:
     return spark.conf.get("spark.sql.shuffle.partitions") == "1"
 
 
+#: The most rows `one_partition` lets through: Spark's largest limit. It
+#: bounds Spark's estimate of a frame's size, never its rows in practice: a
+#: session shuffles into one partition for inputs of a few megabytes.
+ONE_PARTITION_ROWS = 2**31 - 1
+#: An estimate above this, for a frame of an input small enough to shuffle
+#: into one partition, is an artefact of multiplied estimates, not a size.
+PLAUSIBLE_BYTES = 1 << 32
+
+
 def one_partition(frame):  # noqa: ANN001, ANN201 - DataFrame -> DataFrame
     """`frame` in one partition, without a shuffle, when the session shuffles
     into one partition anyway.
 
-    A frame Spark knows to be in one partition satisfies every grouping,
-    join and window without an exchange; a shuffle's output, even into one
-    partition, is known only by its own keys, so the next operation on other
-    keys shuffles again. On a small input every such stage costs a fixed
-    0.1-0.2 s, and the wire checks had about 75 of them
-    (docs/performance-analysis.md). Work is the same: one task per keyed
-    operation either way.
+    A frame Spark knows to be in one partition satisfies every grouping and
+    window without an exchange; a shuffle's output, even into one partition,
+    is known only by its own keys, so the next operation on other keys
+    shuffles again. On a small input every such stage costs a fixed
+    0.1-0.2 s, and the wire job had 50-75 of them
+    (docs/performance-analysis.md). The work is the same: one task per
+    keyed operation either way.
+
+    A join leaves its one-partition sides in place only while Spark
+    estimates them below SINGLE_PARTITION_BYTES, and its estimate of a join
+    is the product of its sides' estimates: after the few joins that build a
+    view, a trace of kilobytes is estimated at exabytes, and the next join
+    shuffled again. A limit's estimate is its row count times the row's
+    width, so the limit (ONE_PARTITION_ROWS, far above any small input)
+    puts the estimate back in reach.
     """
-    return frame.coalesce(1) if shuffles_into_one(frame.sparkSession) else frame
+    if not shuffles_into_one(frame.sparkSession):
+        return frame
+    frame = frame.coalesce(1)
+    if frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes() > PLAUSIBLE_BYTES:
+        frame = frame.limit(ONE_PARTITION_ROWS)
+    return frame
 
 
 def keep(frame, held: list | None = None):  # noqa: ANN001, ANN201 - DataFrame -> DataFrame

@@ -222,8 +222,9 @@ def _fate_summary(grouped_by: list[str], rows: DataFrame, extra: list[F.Column])
         F.array_sort(F.collect_set(F.when(F.col("fate") == "committed", pair))).alias("committed"),
         F.array_sort(F.collect_set(F.when(F.col("fate") == "aborted", pair))).alias("aborted"),
         F.array_sort(F.collect_set(F.when(F.col("fate") == "unknown", pair))).alias("unknown"),
-        F.collect_set(F.when(_stale() & F.col("end_conn_id").isNotNull(), _END_TXN)).alias("stale_end_txns"),
-        F.collect_set(F.when(F.col("end_conn_id").isNotNull(), _END_TXN)).alias("end_txns"),
+        # Sorted: a set's order is its rows' order, which the plan decides.
+        F.array_sort(F.collect_set(F.when(_stale() & F.col("end_conn_id").isNotNull(), _END_TXN))).alias("stale_end_txns"),
+        F.array_sort(F.collect_set(F.when(F.col("end_conn_id").isNotNull(), _END_TXN))).alias("end_txns"),
         F.array_sort(F.collect_set("txn_client")).alias("txn_clients"),
         F.array_sort(F.collect_set("txn_broker")).alias("txn_brokers"),
         F.array_sort(
@@ -349,12 +350,12 @@ def _attempts_by_write(attempts: DataFrame) -> DataFrame:
         F.max((F.col("status") == "ok").cast("int")).alias("any_ok"),
         F.max((F.col("status") == "error").cast("int")).alias("any_error"),
         F.array_sort(F.collect_set(F.when(F.col("status") == "error", F.col("response_error")))).alias("error_codes"),
-        F.collect_set(
+        F.array_sort(F.collect_set(
             F.when(
                 F.col("status") == "error",
                 F.struct("conn_id", "correlation_id", "copy", "topic", "partition", "rule", "action", "outcome", "response_error"),
             )
-        ).alias("errored_produces"),
+        )).alias("errored_produces"),
         F.array_sort(F.collect_set(F.when(F.col("status") == "error", F.col("rule")))).alias("rules"),
     )
 
