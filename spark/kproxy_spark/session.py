@@ -163,7 +163,7 @@ ONE_PARTITION_ROWS = 2**31 - 1
 PLAUSIBLE_BYTES = 1 << 32
 
 
-def one_partition(frame):  # noqa: ANN001, ANN201 - DataFrame -> DataFrame
+def one_partition(frame, joined: bool = False):  # noqa: ANN001, ANN201 - DataFrame -> DataFrame
     """`frame` in one partition, without a shuffle, when the session shuffles
     into one partition anyway.
 
@@ -181,12 +181,14 @@ def one_partition(frame):  # noqa: ANN001, ANN201 - DataFrame -> DataFrame
     view, a trace of kilobytes is estimated at exabytes, and the next join
     shuffled again. A limit's estimate is its row count times the row's
     width, so the limit (ONE_PARTITION_ROWS, far above any small input)
-    puts the estimate back in reach.
+    puts the estimate back in reach. `joined`: the frame is built by joins,
+    so its estimate is past reach without asking (asking optimises its plan
+    once more).
     """
     if not shuffles_into_one(frame.sparkSession):
         return frame
     frame = frame.coalesce(1)
-    if frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes() > PLAUSIBLE_BYTES:
+    if joined or frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes() > PLAUSIBLE_BYTES:
         frame = frame.limit(ONE_PARTITION_ROWS)
     return frame
 

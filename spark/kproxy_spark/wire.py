@@ -998,7 +998,7 @@ def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held:
     from kproxy_spark.session import keep as keep_rows, one_partition
 
     def keep(frame, held):  # noqa: ANN001, ANN202
-        return keep_rows(one_partition(frame), held)
+        return keep_rows(one_partition(frame, joined=True), held)
 
     sent = keep(history_sends(ops), held)
     attempts = keep(produce_attempts(traces), held)
