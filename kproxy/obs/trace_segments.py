@@ -286,6 +286,26 @@ class SegmentFile:
                 yield dict(zip(names, row))
 
 
+def _dictionary_cells(payload: memoryview, pos: int, n: int, text: Any) -> tuple[list[Any], int]:
+    """A dictionary-encoded block (string columns, and json columns with tag 3): the
+    entries, each made by `text` from its bytes, looked up by n int32 codes (-1: null).
+    Returns the cells and the position after the block."""
+    (size,) = _U32.unpack_from(payload, pos)
+    pos += 4
+    lengths = array("I")
+    lengths.frombytes(payload[pos : pos + 4 * size])
+    pos += 4 * size
+    entries = []
+    for length in lengths:
+        entries.append(text(payload[pos : pos + length]))
+        pos += length
+    codes = array("i")
+    codes.frombytes(payload[pos : pos + 4 * n])
+    pos += 4 * n
+    entries.append(None)  # code -1
+    return [entries[c] for c in codes], pos
+
+
 def decode_payload(payload: memoryview, columns: Sequence[tuple[str, str]], where: str = "") -> tuple[int, list[list[Any]]]:
     """Decode a segment payload into per-column lists (JSON cells as bytes, booleans as 0/1)."""
     try:
@@ -301,35 +321,11 @@ def decode_payload(payload: memoryview, columns: Sequence[tuple[str, str]], wher
             if tag not in (1, 2) and not (tag == 3 and kind == "json"):
                 raise SegmentError(f"{where}: column {_name!r}: unknown block tag {tag}")
             if kind == "string":
-                (size,) = _U32.unpack_from(payload, pos)
-                pos += 4
-                lengths = array("I")
-                lengths.frombytes(payload[pos : pos + 4 * size])
-                pos += 4 * size
-                texts = []
-                for length in lengths:
-                    texts.append(str(payload[pos : pos + length], "utf-8", "surrogatepass"))
-                    pos += length
-                codes = array("i")
-                codes.frombytes(payload[pos : pos + 4 * n])
-                pos += 4 * n
-                texts.append(None)  # code -1
-                out.append([texts[c] for c in codes])
+                cells, pos = _dictionary_cells(payload, pos, n, lambda b: str(b, "utf-8", "surrogatepass"))
+                out.append(cells)
             elif tag == 3:  # json, dictionary-encoded
-                (size,) = _U32.unpack_from(payload, pos)
-                pos += 4
-                lengths = array("I")
-                lengths.frombytes(payload[pos : pos + 4 * size])
-                pos += 4 * size
-                texts = []
-                for length in lengths:
-                    texts.append(bytes(payload[pos : pos + length]))
-                    pos += length
-                codes = array("i")
-                codes.frombytes(payload[pos : pos + 4 * n])
-                pos += 4 * n
-                texts.append(None)  # code -1
-                out.append([texts[c] for c in codes])
+                cells, pos = _dictionary_cells(payload, pos, n, bytes)
+                out.append(cells)
             elif kind == "json":
                 lengths = array("i")
                 lengths.frombytes(payload[pos : pos + 4 * n])
