@@ -124,6 +124,18 @@ def _json_cell(value: Any, dumps: Any = orjson.dumps) -> bytes | None:
         return dumps(value, default=json_default)
 
 
+def _dictionary_block(out: list[bytes], tag: bytes, entries: dict, texts: list[bytes], cells: list) -> None:
+    """A dictionary-encoded block: `tag`, the entries' count, lengths and `texts`,
+    then one int32 code per cell (its entry's index; -1 for None)."""
+    index = {value: i for i, value in enumerate(entries)}
+    index[None] = -1
+    out.append(tag)
+    out.append(_U32.pack(len(texts)))
+    out.append(array("I", map(len, texts)).tobytes())
+    out.append(b"".join(texts))
+    out.append(array("i", map(index.__getitem__, cells)).tobytes())
+
+
 def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> None:
     # Each branch does C-level passes over the column (array(), map(),
     # dict.fromkeys()); Python-level work per cell only where it must.
@@ -134,14 +146,7 @@ def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> None:
                 out.append(b"\x00")
                 return
             del entries[None]
-        index = {value: i for i, value in enumerate(entries)}
-        index[None] = -1
-        texts = [_text(value) for value in entries]
-        out.append(b"\x01")
-        out.append(_U32.pack(len(texts)))
-        out.append(array("I", map(len, texts)).tobytes())
-        out.append(b"".join(texts))
-        out.append(array("i", map(index.__getitem__, cells)).tobytes())
+        _dictionary_block(out, b"\x01", entries, [_text(value) for value in entries], cells)
         return
     if kind == "json":
         if cells.count(None) == len(cells):
@@ -154,13 +159,7 @@ def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> None:
             # Repeated texts (an idle consumer's Fetch responses within one
             # flush batch: the same partitions, offsets and aborted lists)
             # are stored once, as strings are.
-            index = {blob: i for i, blob in enumerate(entries)}
-            index[None] = -1
-            out.append(b"\x03")
-            out.append(_U32.pack(len(entries)))
-            out.append(array("I", map(len, entries)).tobytes())
-            out.append(b"".join(entries))
-            out.append(array("i", map(index.__getitem__, blobs)).tobytes())
+            _dictionary_block(out, b"\x03", entries, list(entries), blobs)
             return
         out.append(b"\x01")
         out.append(array("i", [-1 if b is None else len(b) for b in blobs]).tobytes())
