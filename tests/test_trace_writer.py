@@ -183,11 +183,13 @@ async def test_unserialisable_event_is_counted_not_fatal(tmp_path: Path) -> None
     assert trace_events_total("dropped") - dropped_before == 1
 
 
-async def test_deferred_events_are_built_on_the_writer_thread_in_order(tmp_path: Path) -> None:
-    built_on: list[str] = []
+async def test_deferred_events_are_built_after_offer_returns_in_order(tmp_path: Path) -> None:
+    """The data path pays a deque append: a deferred event is built later, by the writer, in order."""
+    built: list[int] = []
+    offered: list[int] = []
 
     def build(i: int) -> dict:
-        built_on.append(threading.current_thread().name)
+        built.append(i)
         return header_event(i)
 
     def broken(i: int) -> dict:
@@ -195,11 +197,55 @@ async def test_deferred_events_are_built_on_the_writer_thread_in_order(tmp_path:
 
     dropped_before = trace_events_total("dropped")
     writer = TraceWriter(tmp_path, proxy_id="lazy")
-    await write_all(writer, [(build, 0), header_event(1), (broken, 2), (build, 3)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for event in [(build, 0), header_event(1), (broken, 2), (build, 3)]:
+            assert writer.offer(event)
+            offered.append(len(built))
+        await writer.aclose()
+    assert offered == [0, 0, 0, 0]  # nothing was built while the data path was offering
     assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == [0, 1, 3]
-    assert built_on and threading.main_thread().name not in built_on
+    assert built == [0, 3]
     assert writer.unwritable == 1
     assert trace_events_total("dropped") - dropped_before == 1
+
+
+async def test_the_writer_works_when_the_loop_is_idle_and_lets_it_run_between_steps(tmp_path: Path) -> None:
+    """While another task keeps the loop busy the writer waits (until its flush deadline);
+    once it works, it never keeps the loop for more than a step at a time."""
+    writer = TraceWriter(tmp_path, proxy_id="idle", flush_interval=0.2)
+    gaps: list[float] = []
+    composed_while_busy: list[int] = []
+
+    async def busy(seconds: float) -> None:
+        # Yields after every 20 µs of work: never idle for the writer's cushion.
+        # Gaps are in this thread's CPU time, which the OS preempting us does not inflate.
+        end = time.perf_counter() + seconds
+        last = time.thread_time()
+        while time.perf_counter() < end:
+            spin = time.perf_counter() + 0.00002
+            while time.perf_counter() < spin:
+                pass
+            await trio.lowlevel.checkpoint()
+            now = time.thread_time()
+            gaps.append(now - last)
+            last = now
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for i in range(2000):
+            writer.offer(header_event(i, partitions=[{"topic": "t", "partition": i % 7}]))
+        await busy(0.05)  # well inside flush_interval: nothing urgent, the writer waits
+        composed_while_busy.append(2000 - len(writer._queue))
+        gaps.clear()
+        await busy(0.4)  # past the deadline: the writer works in steps between ours
+        assert not writer._queue
+        await writer.aclose()
+    assert composed_while_busy == [0]
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == list(range(2000))
+    # All 2000 events took the writer tens of ms; none of its steps (composing,
+    # or encoding a segment) took more than a fraction of one.
+    assert max(gaps) < 0.002
 
 
 # ---- rotation ----------------------------------------------------------------
@@ -258,31 +304,40 @@ def test_file_names_carry_proxy_utc_time_and_sequence() -> None:
 async def test_drop_mode_counts_drops_while_the_writer_is_stalled(tmp_path: Path) -> None:
     dropped_before = trace_events_total("dropped")
     writer = TraceWriter(tmp_path, proxy_id="dr", queue_size=4, on_full="drop", flush_interval=0.02)
-    # A disk that stalls: the worker's writes wait until the test lets them through.
+    # A disk that stalls: the file thread's writes wait until the test lets them through.
     disk_free = threading.Event()
     write_started = threading.Event()
-    real_write = writer._sink.write
+    real_write = writer._sink._io_write
 
-    def stalled_write(batch: list[dict]) -> int:
+    def stalled_write(data: bytes) -> None:
         write_started.set()
         disk_free.wait(10)
-        return real_write(batch)
+        real_write(data)
 
-    writer._sink.write = stalled_write
+    writer._sink._io_write = stalled_write
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.run)
         writer.offer(header_event(0))
-        with trio.fail_after(5):  # until the worker took event 0 and is stuck writing it
+        with trio.fail_after(5):  # until the writer took event 0 and the disk is stuck writing it
             while not write_started.is_set():
                 await trio.sleep(0.01)
-        results = [writer.offer(header_event(i)) for i in range(1, 21)]
+        # Batches pile up at the stalled disk until the writer stops taking events.
+        offered = 1
+        with trio.fail_after(10):
+            while writer.dropped == 0:
+                writer.offer(header_event(offered))
+                offered += 1
+                await trio.sleep(0.001)
+        results = [writer.offer(header_event(i)) for i in range(offered, offered + 20)]
         assert all(results)  # in drop mode the caller never has to await put()
-        assert writer.accepted == 5 and writer.dropped == 16
+        assert writer.dropped >= 20 and writer.accepted + writer.dropped == offered + 20
+        accepted = writer.accepted
         assert metrics.REGISTRY.get_sample_value("kproxy_trace_queue_depth") == 4
         disk_free.set()
         await writer.aclose()
-    assert trace_events_total("dropped") - dropped_before == 16
-    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == [0, 1, 2, 3, 4]
+    assert trace_events_total("dropped") - dropped_before == writer.dropped
+    written = [e["correlation_id"] for e in iter_trace_events(tmp_path)]
+    assert len(written) == accepted and written == sorted(written) and written[0] == 0
 
 
 async def test_block_mode_loses_nothing_under_a_burst_larger_than_the_queue(tmp_path: Path) -> None:
@@ -567,16 +622,12 @@ async def test_a_fetch_cut_at_the_fetch_size_is_told_apart_by_its_tail(tmp_path:
 
 async def test_side_bytes_go_out_in_vectors_and_leave_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Queued side bytes are written with writev in runs of at most IOV_MAX buffers, and every
-    _SIDE_RECYCLE_BYTES of them is written back and dropped from the page cache: all read back,
-    in order, and the interpreter's switch interval is the default again once the writer is idle."""
-    import sys
-
-    from kproxy.obs import trace
+    SIDE_RECYCLE_BYTES of them is written back and dropped from the page cache: all read back, in order."""
+    from kproxy.obs import trace_sinks
     from kproxy.obs.trace_records import FetchResponseRecords
 
-    monkeypatch.setattr(trace, "_IOV_MAX", 3)
-    monkeypatch.setattr(trace, "_SIDE_RECYCLE_BYTES", 50_000)
-    interval = sys.getswitchinterval()
+    monkeypatch.setattr(trace_sinks, "IOV_MAX", 3)
+    monkeypatch.setattr(trace_sinks, "SIDE_RECYCLE_BYTES", 50_000)
     writer = TraceWriter(tmp_path, proxy_id="vec", level="records")
     frames = [_fetch_event(i, size=7_000 + i) for i in range(40)]
     async with trio.open_nursery() as nursery:
@@ -589,7 +640,6 @@ async def test_side_bytes_go_out_in_vectors_and_leave_the_page_cache(tmp_path: P
             if i % 10 == 9:
                 await trio.sleep(writer.flush_interval * 2)  # several flushes, each past the recycle window
         await writer.aclose()
-    assert sys.getswitchinterval() == interval
     (side,) = writer._sink.side_files
     events = list(iter_trace_events(tmp_path))
     assert [e["correlation_id"] for e in events] == list(range(40))

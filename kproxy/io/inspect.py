@@ -722,7 +722,7 @@ class Inspector:
         self, conn: ClientConnection, ex: Exchange, direction: str, size: int,
         frame: bytes | None, codes: list[int] | None, now: float, wall: float, mono: int,
     ) -> list[Any]:
-        """Build a fast-path trace event as a row in `trace_schema.EVENT` order (on the trace writer's thread).
+        """Build a fast-path trace event as a row in `trace_schema.EVENT` order (by the trace writer, later).
 
         A row, not a dict: the segment format packs rows column by column
         (kproxy/obs/trace_segments.py), and a list costs a fraction of a

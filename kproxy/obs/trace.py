@@ -1,34 +1,45 @@
 """The trace writer: takes trace events from the proxy and writes them to rotating files.
 
 Threading model. The proxy builds each event as a plain dict (field names from
-kproxy.obs.trace_schema) on the trio thread, or, for frames its fast path
-forwards untouched, hands over a tuple `(builder, *args)` that the worker
-turns into a row in schema order (so the data path does not pay for it), and hands it
-over with `offer()`. Handing over is a length check and a
-`deque.append` (thread-safe in CPython for one producer and one consumer), so
-it costs well under a microsecond and never touches the disk. A plain
-`threading.Thread` owned by the writer wakes every `flush_interval` seconds
-(sooner when the queue is half full or a producer waits for room), drains the
-deque and writes it: one fixed-layout segment per batch (the default,
-kproxy.obs.trace_segments; the data path's tuples become rows in schema
-order, never dicts), or JSON lines serialised with orjson, or a pyarrow row
-group.
-A dedicated thread rather than `trio.to_thread` per batch: one long-lived
-worker keeps the file handle and rotation state in one place and costs no
-thread hand-off per batch.
+kproxy.obs.trace_schema) or, for frames its fast path forwards untouched,
+hands over a tuple `(builder, *args)` that the writer turns into a row in
+schema order later (so the data path does not pay for it), with `offer()`:
+a length check and a `deque.append`, well under a microsecond, never the disk.
 
-Durability. Every batch is written with one unbuffered `write()` per segment or line run,
-so when the worker goes back to sleep the kernel has the whole batch: a
-SIGKILL of the proxy leaves each segment file readable up to its last complete
-segment and each JSONL file up to the last written line (readers skip a torn
-tail; see kproxy.obs.trace_files). Nothing is
-fsynced: surviving a machine crash is not a goal, surviving a killed proxy is.
+The writer composes on the proxy's own event loop, in its idle time. A
+trio task takes the queued events when the loop has had nothing else to do
+for about a millisecond, and works in steps of at most `_STEP_SECONDS`
+between which the data path runs: it builds the rows, scans a `records`
+frame's batches and lays out their side bytes (kproxy.obs.trace_records),
+and encodes a batch (one fixed-layout segment, kproxy.obs.trace_segments;
+or JSON lines serialised with orjson; or a pyarrow row group). A thread of
+its own (kproxy.obs.trace_io) then makes the system calls, in order.
 
-The deque, not the disk, is the bound: at most `queue_size` events wait. When
-it is full, `on_full` decides: "block" (the default) makes `offer()` return
-False and the caller awaits `put()`, so the proxy slows down rather than lose
-evidence; "drop" counts the event in kproxy_trace_events_total{outcome="dropped"}
-and lets traffic go on at full speed (production taps).
+Why not a thread for the Python work: the proxy and such a thread share one
+interpreter lock. A flush at level `records` is 1-2 ms of Python every 100 ms
+at 500 records/s, and a request that arrived meanwhile waited for the lock at
+every step of its way through the proxy: the tracing proxy's p99 was
+1.1-1.4 ms above the plain proxy's, however short the switch interval.
+Composing in the loop's idle time costs the same CPU with no lock handed back
+and forth, and a request waits at most one step (docs/performance.md).
+When the loop is never idle (a saturated proxy), the writer takes its steps
+anyway once its oldest event is `flush_interval` old, its queue half full, or
+a producer waits for room.
+
+Durability. Every batch reaches the kernel with one unbuffered `write()` per
+segment or line run, side bytes first, so a SIGKILL of the proxy leaves each
+segment file readable up to its last complete segment and each JSONL file up
+to the last written line (readers skip a torn tail; see
+kproxy.obs.trace_files). Nothing is fsynced for durability: surviving a
+machine crash is not a goal, surviving a killed proxy is.
+
+Bounds. At most `queue_size` events (and, at `records`, `queue_bytes` of their
+frames) wait to be composed, and at most `queue_bytes` of encoded batches and
+side bytes wait for the file thread. When the queue is full, `on_full`
+decides: "block" (the default) makes `offer()` return False and the caller
+awaits `put()`, so the proxy slows down rather than lose evidence; "drop"
+counts the event in kproxy_trace_events_total{outcome="dropped"} and lets
+traffic go on at full speed (production taps).
 """
 
 from __future__ import annotations
@@ -37,27 +48,26 @@ import ctypes
 import logging
 import os
 import re
-import sys
-import threading
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
 import trio
+from trio.testing import wait_all_tasks_blocked
 
 from kproxy.obs import metrics
-from kproxy.obs.trace_files import TRACE_NAME
+from kproxy.obs.trace_io import FileOps
 from kproxy.obs.trace_records import RawLedger, RawPartitions
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
-from kproxy.obs.trace_segments import SUFFIX as SEGMENT_SUFFIX
-from kproxy.obs.trace_segments import encode_rows_checked, file_header, json_default
+from kproxy.obs.trace_segments import run_steps
+from kproxy.obs.trace_sinks import SINKS, Format, Sink, trace_file_name
 
 log = logging.getLogger(__name__)
 
+__all__ = ["TraceWriter", "TraceWriterError", "default_proxy_id", "trace_file_name"]
+
 Level = Literal["headers", "records"]
-Format = Literal["segments", "jsonl", "parquet"]
 OnFull = Literal["block", "drop"]
 
 MiB = 1024 * 1024
@@ -65,32 +75,27 @@ MiB = 1024 * 1024
 # Names that are safe in a file name on every platform we care about.
 _PROXY_ID = re.compile(r"^[A-Za-z0-9._]+(?:-[A-Za-z0-9._]+)*$")
 
-# Upper bound on events serialised per write: bounds the worker's memory for
-# one batch independently of queue_size.
+# Upper bound on events per batch (one segment): bounds the memory of one
+# batch independently of queue_size.
 _MAX_BATCH = 512
 
-# The worker and the proxy's event loop share one GIL. A thread that wants it
-# waits until the holder releases it, or for the interpreter's switch
-# interval (5 ms by default) before it asks the holder to hand it over. A
-# flush at level `records` (scanning frames, storing side bytes, packing the
-# segment) is about 1 ms of Python at 500 records/s, and a request that
-# arrived meanwhile waited for the rest of it: the tracing proxy's p99 was
-# 1.3 ms above the plain proxy's. While it has work, the worker lowers the
-# switch interval to this, so the event loop waits at most about that long.
-# Measured at 500 records/s (p99 above the plain proxy's, median of 5 paired
-# rounds): +0.40 ms with the default, +0.22 with 0.2 ms, +0.09 with 0.05 ms,
-# and CPU per record on the throughput workloads did not move between 0.2
-# and 0.05 ms. It costs nothing while nobody waits; handing the GIL back and
-# forth costs a thread switch each way when both want it. Writes release the
-# GIL too, but the worker takes it straight back before a waiting thread has
-# woken up, and a voluntary yield per slice (time.sleep(0)) cost the worker
-# ~45 µs of CPU each, waiting or not.
-_RECORDS_SWITCH_INTERVAL = 0.00005
+# The longest the writer works between two chances for the data path to run.
+# A request that arrives during a step waits for its end: 50 µs keeps that
+# well inside the added-latency target (docs/performance.md).
+_STEP_SECONDS = 0.00005
 
-# Side bytes written back and dropped from the page cache at a time (_Sink._recycle_side_pages).
-_SIDE_RECYCLE_BYTES = 8 * MiB
-# Buffers per writev (the kernel's IOV_MAX).
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+# How long the loop must have had nothing to do before the writer takes a
+# step when nothing is urgent. Work done the moment the loop blocks would
+# land between a request and its response (the broker answers in 0.1-0.3
+# ms) and lengthen it; a gap this long is usually the one between requests.
+# trio's I/O wait counts in milliseconds, so any cushion is at least 1 ms.
+_IDLE_CUSHION = 0.0005
+
+# Encoded batches waiting for the file thread, at most: past this the writer
+# stops taking events, so a stalled disk fills the queue (and on_full decides).
+_MAX_OPS_BACKLOG = 8
+# How often a writer waiting for the file thread looks again.
+_BACKLOG_POLL = 0.002
 
 _VERSION = FIELD_NAMES.index("schema_version")
 _PROXY = FIELD_NAMES.index("proxy_id")
@@ -107,7 +112,7 @@ def _keep_freed_frame_memory(queue_bytes: int) -> None:
     and trims the heap's free top once it passes twice the largest block seen,
     so the next frames landed on fresh pages: a page fault per 4 KiB traced,
     each far dearer than the copy into it on this project's VMs (see
-    _Sink._recycle_side_pages). Fixed thresholds keep up to twice the
+    trace_sinks.Sink._io_recycle_side_pages). Fixed thresholds keep up to twice the
     writer's byte bound of freed memory for reuse; the cost is resident
     memory that stays at the level's high-water mark. Only glibc has mallopt;
     elsewhere this does nothing.
@@ -122,302 +127,11 @@ def _keep_freed_frame_memory(queue_bytes: int) -> None:
 
 
 class TraceWriterError(RuntimeError):
-    """The writer's worker failed (e.g. the disk is full); no more events are accepted."""
-
-
-def trace_file_name(proxy_id: str, started_wall: float, seq: int, fmt: Format) -> str:
-    """`trace-<proxy_id>-<UTC yyyymmddThhmmss>-<seq>.<fmt>`; seq is zero-padded so names sort."""
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(started_wall))
-    suffix = SEGMENT_SUFFIX if fmt == "segments" else f".{fmt}"
-    return f"trace-{proxy_id}-{stamp}-{seq:06d}{suffix}"
-
-
-class _Sink:
-    """One output format: opens files lazily, writes batches, rotates.
-
-    `rows`: whether `write()` takes rows (lists in trace_schema.EVENT order) rather than dicts.
-    """
-
-    rows = False
-
-    def __init__(self, directory: Path, proxy_id: str, fmt: Format, rotate_bytes: int, rotate_seconds: float) -> None:
-        self.directory = directory
-        self.proxy_id = proxy_id
-        self.fmt = fmt
-        self.rotate_bytes = rotate_bytes
-        self.rotate_seconds = rotate_seconds
-        self.path: Path | None = None
-        self.size = 0
-        self.opened_mono = 0.0
-        self.next_seq = self._first_free_seq()
-        self.files: list[Path] = []
-        self.side_files: list[Path] = []
-        # The side file of the open trace file: raw record batches (level
-        # `records`), appended and referenced by (name, offset, length) from
-        # the events. Its bytes always reach the kernel before the lines that
-        # reference them, so a killed writer never leaves a dangling reference.
-        self._side = None
-        self._side_name = ""
-        self.side_size = 0
-        self._side_pending: list[memoryview] = []
-        self._side_pending_size = 0
-        # Side bytes up to here are on disk and out of the page cache (_recycle_side_pages).
-        self._side_dropped = 0
-        self._side_recycle = hasattr(os, "posix_fadvise")
-        # Regions already in the open side file, by (topic, partition, base offset, length, hash).
-        self._side_index: dict[tuple, tuple[str, int]] = {}
-
-    def _first_free_seq(self) -> int:
-        # A restarted proxy with the same id continues the sequence, so its
-        # files never collide with (or sort before) the previous run's, its
-        # rotated files compressed since (`.jsonl.gz`) included.
-        seqs = [int(m["seq"]) for p in self.directory.iterdir()
-                if (m := TRACE_NAME.match(p.name)) and m["proxy"] == self.proxy_id]
-        return max(seqs, default=-1) + 1
-
-    def _open(self) -> None:
-        name = trace_file_name(self.proxy_id, time.time(), self.next_seq, self.fmt)
-        self.next_seq += 1
-        self.path = self.directory / name
-        self.size = 0
-        self.opened_mono = time.monotonic()
-        self._open_file(self.path)
-        self.files.append(self.path)
-
-    def rotate_if_old(self) -> None:
-        """Time rotation, checked on every wake so an idle file still gets closed (Parquet gets its footer)."""
-        if self.path is not None and time.monotonic() - self.opened_mono >= self.rotate_seconds:
-            self.close()
-
-    def ensure_open(self) -> None:
-        if self.path is not None and (
-            self.size + self.side_size + self._side_pending_size >= self.rotate_bytes
-            or time.monotonic() - self.opened_mono >= self.rotate_seconds
-        ):
-            self.close()
-        if self.path is None:
-            self._open()
-
-    def close(self) -> None:
-        if self.path is not None:
-            self.flush_side()
-            if self._side is not None:
-                self._side.close()
-                self._side = None
-            self.side_size = 0
-            self._side_dropped = 0
-            self._side_index = {}
-            self._close_file()
-            self.path = None
-
-    def store_raw(self, data: memoryview, key: tuple | None = None) -> tuple[str, int]:
-        """Queue raw record batches for the side file; returns (file name, offset) they will have.
-
-        With a key, bytes the open side file already holds under it are not written again.
-        """
-        self.ensure_open()
-        if key is not None:
-            known = self._side_index.get(key)
-            if known is not None:
-                return known
-        if self._side is None:
-            assert self.path is not None
-            side = self.path.with_suffix(".records")
-            self._side = open(side, "xb", buffering=0)  # noqa: SIM115 - lives until rotation
-            self._side_name = side.name
-            self.side_files.append(side)
-        offset = self.side_size + self._side_pending_size
-        self._side_pending.append(data)
-        self._side_pending_size += len(data)
-        if key is not None:
-            self._side_index[key] = (self._side_name, offset)
-        return self._side_name, offset
-
-    def flush_side(self) -> None:
-        """Hand the queued side bytes to the kernel (before any line that references them).
-
-        One writev of the frames' own bytes: joining them first copied every
-        traced byte once more in Python, into a fresh multi-MiB buffer per flush.
-        """
-        pending = self._side_pending
-        if not pending:
-            return
-        self._side_pending = []
-        self._side_pending_size = 0
-        fd = self._side.fileno()
-        while pending:
-            views = pending[:_IOV_MAX]
-            n = os.writev(fd, views)
-            self.side_size += n
-            # A regular file takes the whole vector; a short write leaves the rest for the next call.
-            done = 0
-            for view in views:
-                if n < len(view):
-                    break
-                n -= len(view)
-                done += 1
-            if n:
-                pending[done] = pending[done][n:]
-            del pending[:done]
-        self._recycle_side_pages()
-
-    def _recycle_side_pages(self) -> None:
-        """Drop side bytes already on disk from the page cache, so new ones reuse its pages.
-
-        Each side byte is written once and read only by the analysis, later.
-        Left in the page cache, a run's side files take fresh pages for every
-        byte, and a fresh page costs the writing thread far more than the copy
-        into it: on this project's VMs 2 ms of CPU per MiB (0.5 GB/s), against
-        0.2-0.3 ms per MiB through pages freed a moment ago. Writing back and
-        dropping every _SIDE_RECYCLE_BYTES keeps that working set to one
-        window, and the trace no longer pushes other files (a broker's log on
-        the same machine) out of the cache. The write-back waits for the disk
-        on this thread, never on the event loop.
-        """
-        if not self._side_recycle or self.side_size - self._side_dropped < _SIDE_RECYCLE_BYTES:
-            return
-        fd = self._side.fileno()
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, self._side_dropped, self.side_size - self._side_dropped, os.POSIX_FADV_DONTNEED)
-        except OSError as exc:  # a file system without either: keep writing, stop recycling
-            log.debug("side file pages not recycled: %s", exc)
-            self._side_recycle = False
-        self._side_dropped = self.side_size
-
-    # Format-specific parts.
-    def _open_file(self, path: Path) -> None:
-        raise NotImplementedError
-
-    def _close_file(self) -> None:
-        raise NotImplementedError
-
-    def write(self, events: list[dict]) -> int:
-        """Write and flush a batch; return how many events were written (the rest were unserialisable)."""
-        raise NotImplementedError
-
-
-class _JsonlSink(_Sink):
-    def _open_file(self, path: Path) -> None:
-        # Unbuffered: a write() hands whole lines to the kernel, so the process
-        # holds no half-written line of its own when it is killed. "x": never
-        # overwrite an existing trace.
-        self._file = open(path, "xb", buffering=0)  # noqa: SIM115 - lives until rotation
-
-    def _close_file(self) -> None:
-        self._file.close()
-
-    def write(self, events: list[dict]) -> int:
-        written = 0
-        chunk: list[bytes] = []
-        chunk_size = 0
-        for event in events:
-            try:
-                line = orjson.dumps(event, default=json_default) + b"\n"
-            except TypeError as exc:
-                log.error("trace event dropped, not serialisable: %s", exc)
-                continue
-            if not chunk:
-                self.ensure_open()
-            chunk.append(line)
-            chunk_size += len(line)
-            written += 1
-            if self.size + chunk_size >= self.rotate_bytes:
-                self._write_chunk(chunk, chunk_size)
-                chunk, chunk_size = [], 0
-        if chunk:
-            self._write_chunk(chunk, chunk_size)
-        return written
-
-    def _write_chunk(self, chunk: list[bytes], size: int) -> None:
-        self.flush_side()
-        data = memoryview(b"".join(chunk))
-        while data:  # a regular file takes it in one go; loop for the odd short write
-            n = self._file.write(data)
-            data = data[n:]
-        self.size += size
-
-
-class _SegmentSink(_Sink):
-    """Fixed-layout columnar segments (kproxy/obs/trace_segments.py): one segment per flush batch."""
-
-    rows = True
-
-    def _open_file(self, path: Path) -> None:
-        # Unbuffered, like JSONL: each segment reaches the kernel in one write().
-        self._file = open(path, "xb", buffering=0)  # noqa: SIM115 - lives until rotation
-        header = file_header()
-        self._file.write(header)
-        self.size = len(header)
-
-    def _close_file(self) -> None:
-        self._file.close()
-
-    def write(self, events: list[list]) -> int:
-        # One segment per batch (up to _MAX_BATCH events): a file may pass
-        # rotate_bytes by one segment before it rotates.
-        segment, kept = encode_rows_checked(events)
-        if not kept:
-            return 0
-        self.ensure_open()
-        self.flush_side()
-        data = memoryview(segment)
-        while data:
-            n = self._file.write(data)
-            data = data[n:]
-        self.size += len(segment)
-        return kept
-
-
-class _ParquetSink(_Sink):
-    def __init__(self, *args: Any) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from kproxy.obs.trace_schema import arrow_schema
-
-        self._pa, self._pq = pa, pq
-        self._schema = arrow_schema()
-        super().__init__(*args)
-
-    def _open_file(self, path: Path) -> None:
-        self._file = open(path, "xb")  # noqa: SIM115 - lives until rotation
-        self._writer = self._pq.ParquetWriter(self._file, self._schema)
-
-    def _close_file(self) -> None:
-        self._writer.close()  # writes the footer: only now is the file readable
-        self._file.close()
-
-    def write(self, events: list[dict]) -> int:
-        rows = self._to_table(events)
-        if rows is None or rows.num_rows == 0:
-            return 0
-        self.ensure_open()
-        self.flush_side()
-        # One row group per flush batch.
-        self._writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
-        self._file.flush()
-        self.size = self._file.tell()
-        return rows.num_rows
-
-    def _to_table(self, events: list[dict]):  # noqa: ANN202 - pyarrow imported lazily
-        try:
-            return self._pa.Table.from_pylist(events, schema=self._schema)
-        except (self._pa.ArrowException, TypeError, ValueError):
-            # Find the culprits one by one rather than losing the whole batch.
-            good = []
-            for event in events:
-                try:
-                    self._pa.Table.from_pylist([event], schema=self._schema)
-                except (self._pa.ArrowException, TypeError, ValueError) as exc:
-                    log.error("trace event dropped, does not fit the schema: %s", exc)
-                else:
-                    good.append(event)
-            return self._pa.Table.from_pylist(good, schema=self._schema) if good else None
+    """The writer failed (e.g. the disk is full); no more events are accepted."""
 
 
 class TraceWriter:
-    """Bounded, off-loop trace writer. See the module docstring for the model and guarantees.
+    """Bounded trace writer that composes in the loop's idle time. See the module docstring.
 
     Life cycle: construct; `await nursery.start(writer.run)`; call `offer()`
     (and `await put()` when it returns False) from the trio thread; on
@@ -468,26 +182,28 @@ class TraceWriter:
         self.close_timeout = close_timeout
 
         self.directory.mkdir(parents=True, exist_ok=True)
-        sink_type = {"segments": _SegmentSink, "jsonl": _JsonlSink, "parquet": _ParquetSink}[fmt]
-        self._sink: _Sink = sink_type(self.directory, proxy_id, fmt, rotate_bytes, rotate_seconds)
+        self._ops = FileOps(f"trace-files-{proxy_id}")
+        self._sink: Sink = SINKS[fmt](self.directory, proxy_id, fmt, rotate_bytes, rotate_seconds, self._ops)
 
-        self._queue: deque[dict] = deque()
-        # Past this depth offer() wakes the worker instead of letting it sleep out its interval.
+        self._queue: deque[dict | tuple] = deque()
+        # Past this depth the writer stops waiting for the loop to be idle.
         self._wake_at = max(1, queue_size // 2)
-        self._wake = threading.Event()
-        self._closing = False  # set on the trio thread: no more events accepted
-        self._stopping = False  # tells the worker to drain once more and exit
+        self._batch: list = []  # composed events waiting for their segment
+        self._due: float | None = None  # trio time by which the oldest unwritten event must be written
+        self._work: trio.Event | None = None  # set by offer() while the writer waits for events
+        self._idle_scope: trio.CancelScope | None = None  # the writer's wait for an idle loop
+        self._closing = False  # no more events accepted
+        self._stopping = False  # the writer writes everything accepted and stops
+        self._started = False
+        self._finished = trio.Event()
         self._failure: BaseException | None = None
         self._room_wanted = False
         self._room: trio.Event | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._thread: threading.Thread | None = None
-        self._done = trio.Event()
 
-        self.accepted = 0  # trio thread only
-        self.dropped = 0  # trio thread only
-        self.written = 0  # worker thread only; events whose lines are in the kernel's hands
-        self.unwritable = 0  # worker thread only; events that did not serialise (also counted as dropped)
+        self.accepted = 0
+        self.dropped = 0
+        self.written = 0  # events in the kernel's hands (counted by the file thread)
+        self.unwritable = 0  # events that did not serialise (also counted as dropped)
 
         metrics.trace_queue_depth.set_function(lambda: len(self._queue))
 
@@ -501,7 +217,7 @@ class TraceWriter:
         """Files this writer has opened, in order."""
         return list(self._sink.files)
 
-    # ---- trio side -------------------------------------------------------
+    # ---- the data path's side ------------------------------------------------
 
     def offer(self, event: dict | tuple) -> bool:
         """Hand an event over without blocking.
@@ -514,6 +230,9 @@ class TraceWriter:
         if len(queue) < self._wake_at and not self._closing and self.raw_ledger.held < self.queue_bytes // 2:
             queue.append(event)
             self.accepted += 1
+            if self._work is not None:
+                self._work.set()
+                self._work = None
             return True
         return self._offer_slow(event)
 
@@ -522,12 +241,20 @@ class TraceWriter:
         queue = self._queue
         return len(queue) < self.queue_size and (not queue or self.raw_ledger.held < self.queue_bytes)
 
+    def _hurry(self) -> None:
+        """The queue is filling or a producer waits: the writer stops waiting for an idle loop."""
+        if self._work is not None:
+            self._work.set()
+            self._work = None
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+
     def _offer_slow(self, event: dict | tuple) -> bool:
         self._check_usable()
         if self._closing:
             self._count_drop(event)
             return True
-        self._wake.set()
+        self._hurry()
         if self._has_room():
             self._queue.append(event)
             self.accepted += 1
@@ -556,9 +283,8 @@ class TraceWriter:
                 if self._room is None:
                     self._room = trio.Event()
                 self._room_wanted = True
-                self._wake.set()
-                # The worker normally wakes us; the deadline only covers the
-                # race where it drained just before seeing _room_wanted.
+                self._hurry()
+                # The writer normally wakes us; the deadline only covers a writer that stopped.
                 with trio.move_on_after(self.flush_interval):
                     await self._room.wait()
         finally:
@@ -572,153 +298,230 @@ class TraceWriter:
             raw.drop()
 
     def _check_usable(self) -> None:
-        if self._failure is not None:
-            raise TraceWriterError(f"trace writer failed: {self._failure!r}") from self._failure
+        failure = self._failure or self._ops.failure
+        if failure is not None:
+            raise TraceWriterError(f"trace writer failed: {failure!r}") from failure
 
     def _room_available(self) -> None:
-        # Runs on the trio thread (scheduled by the worker).
         if self._room is not None:
             self._room.set()
             self._room = None
 
+    # ---- life cycle ----------------------------------------------------------
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the worker thread until `aclose()` (or cancellation, which also writes everything accepted)."""
-        if self._thread is not None or self._stopping:
+        """Compose until `aclose()`; then, or on cancellation, write everything accepted and close the files."""
+        if self._started or self._stopping:
             raise RuntimeError("TraceWriter.run() can only be started once")
-        self._token = trio.lowlevel.current_trio_token()
-        self._thread = threading.Thread(target=self._work, name=f"trace-writer-{self.proxy_id}", daemon=True)
-        self._thread.start()
+        self._started = True
+        self._ops.start()
         task_status.started()
         try:
-            await self._done.wait()
+            await self._compose_until_stopped()
+        except Exception as exc:  # noqa: BLE001 - reported to the data path as TraceWriterError
+            log.exception("trace writer failed")
+            self._failure = exc
         finally:
-            await self._shutdown()
+            # Shielded: a cancelled nursery must still get its accepted events on disk.
+            with trio.CancelScope(shield=True):
+                await self._finish()
         self._check_usable()
 
     async def aclose(self) -> None:
         """Stop accepting, write every accepted event, close the files. Idempotent."""
         self._closing = True
-        if self._thread is None and not self._stopping:
-            # Never started: drain what was offered on a thread of our own.
-            self._stopping = True
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._drain_and_close)
+        if not self._started:
+            if not self._stopping:
+                # Never started: compose and write what was offered on a thread of our own.
+                self._stopping = True
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._drain_and_close)
             self._check_usable()
             return
-        await self._shutdown()
+        self._stopping = True
+        self._hurry()
+        with trio.CancelScope(shield=True):
+            await self._finished.wait()
         self._check_usable()
 
-    async def _shutdown(self) -> None:
+    async def _finish(self) -> None:
         self._closing = True
         self._stopping = True
-        self._wake.set()
-        thread = self._thread
-        if thread is None:
-            return
-        # Shielded: a cancelled nursery must still get its accepted events on disk.
-        with trio.CancelScope(shield=True):
-            with trio.move_on_after(self.close_timeout) as scope:
-                await trio.to_thread.run_sync(thread.join)
-            if scope.cancelled_caught:
-                log.error("trace writer did not finish within %.1fs; %d events not written", self.close_timeout, len(self._queue))
-
-    # ---- worker thread ---------------------------------------------------
-
-    def _work(self) -> None:
         try:
-            while True:
-                self._wake.wait(self.flush_interval)
-                self._wake.clear()
-                # Read the stop flag before draining: everything accepted
-                # before stop was asked for is then in the deque we drain.
-                stopping = self._stopping
-                self._write_queued()
-                if stopping:
-                    break
-                self._sink.rotate_if_old()
-        except BaseException as exc:  # noqa: BLE001 - reported to the trio side
-            log.exception("trace writer failed")
-            self._failure = exc
-        finally:
-            try:
-                self._sink.close()
-            except Exception as exc:  # noqa: BLE001
-                log.exception("closing the trace file failed")
-                self._failure = self._failure or exc
-            self._call_soon_on_trio(self._done.set)
-            self._call_soon_on_trio(self._room_available)
+            if self._failure is None:
+                self._compose_all()
+            self._sink.close()
+        except Exception as exc:  # noqa: BLE001
+            log.exception("closing the trace failed")
+            self._failure = self._failure or exc
+        self._ops.close()
+        with trio.move_on_after(self.close_timeout) as scope:
+            await trio.to_thread.run_sync(self._ops.join)
+        if scope.cancelled_caught:
+            log.error("trace files not closed within %.1fs; %d writes pending", self.close_timeout, self._ops.pending)
+        self._finished.set()
+        self._room_available()
 
     def _drain_and_close(self) -> None:
         try:
-            self._write_queued()
+            self._compose_all()
         except BaseException as exc:  # noqa: BLE001
             self._failure = exc
         finally:
             self._sink.close()
 
-    def _write_queued(self) -> None:
-        if self.level != "records" or not self._queue:
-            self._write_queue()
-            return
-        default = sys.getswitchinterval()
-        sys.setswitchinterval(min(default, _RECORDS_SWITCH_INTERVAL))
-        try:
-            self._write_queue()
-        finally:
-            sys.setswitchinterval(default)
+    # ---- composing -------------------------------------------------------------
 
-    def _write_queue(self) -> None:
+    async def _compose_until_stopped(self) -> None:
         queue = self._queue
-        strip_records = self.level == "headers"
-        as_rows = self._sink.rows
-        names = FIELD_NAMES
-        while queue:
-            batch = []
-            for _ in range(min(len(queue), _MAX_BATCH)):
-                event = queue.popleft()
-                if type(event) is tuple:
-                    event = self._build(event)
-                    if event is None:
-                        continue
-                if type(event) is dict:
-                    if as_rows:
-                        event = [event.get(name) for name in names]
-                elif not as_rows:
-                    event = dict(zip(names, event))
-                if as_rows:
-                    if event[_VERSION] is None:
-                        event[_VERSION] = SCHEMA_VERSION
-                    if event[_PROXY] is None:
-                        event[_PROXY] = self.proxy_id
-                    partitions = event[_PARTITIONS]
-                    if partitions is not None:
-                        if strip_records:
-                            event[_PARTITIONS] = None
-                            event[_UPSTREAM] = None
-                        elif isinstance(partitions, RawPartitions):
-                            event[_PARTITIONS] = self._resolve(partitions)
-                else:
-                    if event.get("schema_version") is None:
-                        event["schema_version"] = SCHEMA_VERSION
-                    if event.get("proxy_id") is None:
-                        event["proxy_id"] = self.proxy_id
-                    partitions = event.get("partitions")
-                    if partitions is not None:
-                        if strip_records:
-                            event["partitions"] = None
-                            event["upstream_partitions"] = None
-                        elif isinstance(partitions, RawPartitions):
-                            event["partitions"] = self._resolve(partitions)
+        while True:
+            if not queue:
+                if self._batch and (self._stopping or trio.current_time() >= self._due):
+                    await self._write_batch()
+                    continue
+                if self._stopping:
+                    return
+                self._sink.rotate_if_old()
+                deadline = self._due if self._batch else trio.current_time() + self.flush_interval
+                self._work = trio.Event()
+                with trio.move_on_at(deadline):
+                    await self._work.wait()
+                self._work = None
+                continue
+            if self._due is None:
+                self._due = trio.current_time() + self.flush_interval
+            await self._take_turn()
+            self._compose_step()
+            # A full batch, or the queue drained after the oldest event's deadline;
+            # while events are late the writer keeps composing (it stays urgent).
+            if len(self._batch) >= _MAX_BATCH or (self._batch and not queue and trio.current_time() >= self._due):
+                await self._write_batch()
+
+    def _urgent(self) -> bool:
+        return (
+            self._stopping
+            or self._room_wanted
+            or len(self._queue) >= self._wake_at
+            or self.raw_ledger.held >= self.queue_bytes // 2
+            or (self._due is not None and trio.current_time() >= self._due)
+        )
+
+    async def _take_turn(self) -> None:
+        """Let the data path run first: wait for an idle loop, or only yield once when urgent."""
+        if self._urgent():
+            await trio.lowlevel.checkpoint()
+            return
+        with trio.move_on_at(self._due if self._due is not None else trio.current_time() + self.flush_interval) as scope:
+            self._idle_scope = scope
+            try:
+                await wait_all_tasks_blocked(_IDLE_CUSHION)
+            finally:
+                self._idle_scope = None
+        if scope.cancelled_caught:
+            await trio.lowlevel.checkpoint()
+
+    def _compose_step(self) -> None:
+        """Compose queued events into the batch for at most _STEP_SECONDS (at least one event)."""
+        queue = self._queue
+        batch = self._batch
+        end = time.perf_counter() + _STEP_SECONDS
+        while queue and len(batch) < _MAX_BATCH:
+            event = self._compose(queue.popleft())
+            if event is not None:
                 batch.append(event)
-            written = self._sink.write(batch)
-            self.written += written
-            metrics.trace_events.labels("written").inc(written)
-            if written < len(batch):
-                self.unwritable += len(batch) - written
-                metrics.trace_events.labels("dropped").inc(len(batch) - written)
-            if self._room_wanted:
-                self._room_wanted = False
-                self._call_soon_on_trio(self._room_available)
+            if time.perf_counter() >= end:
+                break
+        if self._room_wanted and self._has_room():
+            self._room_wanted = False
+            self._room_available()
+
+    async def _write_batch(self) -> None:
+        """Encode the batch in steps, wait for room at the file thread, hand it over."""
+        batch, self._batch = self._batch, []
+        steps = self._sink.encode_steps(batch)
+        while True:
+            end = time.perf_counter() + _STEP_SECONDS
+            try:
+                while time.perf_counter() < end:
+                    next(steps)
+            except StopIteration as done:
+                payload, kept = done.value
+                break
+            await self._take_turn()
+        ops = self._ops
+        while (ops.backlog_ops >= _MAX_OPS_BACKLOG or ops.backlog_bytes >= self.queue_bytes) and ops.failure is None:
+            await trio.sleep(_BACKLOG_POLL)
+        self._commit(batch, payload, kept)
+        if not self._queue and not self._batch:
+            self._due = None
+
+    def _compose_all(self) -> None:
+        """Compose and write everything queued at once (shutdown)."""
+        queue = self._queue
+        while queue or self._batch:
+            while queue and len(self._batch) < _MAX_BATCH:
+                event = self._compose(queue.popleft())
+                if event is not None:
+                    self._batch.append(event)
+            batch, self._batch = self._batch, []
+            payload, kept = run_steps(self._sink.encode_steps(batch))
+            self._commit(batch, payload, kept)
+        self._due = None
+        if self._room_wanted:
+            self._room_wanted = False
+            self._room_available()
+
+    def _commit(self, batch: list, payload: Any, kept: int) -> None:
+        if kept:
+            self._sink.commit(payload)
+            # Counted once the file thread has written them (operations run in order).
+            self._ops.submit(self._count_written, kept)
+        if kept < len(batch):
+            self.unwritable += len(batch) - kept
+            metrics.trace_events.labels("dropped").inc(len(batch) - kept)
+
+    def _count_written(self, n: int) -> None:
+        # The file thread's: `written` has no other writer.
+        self.written += n
+        metrics.trace_events.labels("written").inc(n)
+
+    def _compose(self, event: dict | tuple) -> list | dict | None:
+        """One queued event as the sink takes it: built, stamped, its records resolved or stripped."""
+        if type(event) is tuple:
+            event = self._build(event)
+            if event is None:
+                return None
+        as_rows = self._sink.rows
+        if type(event) is dict:
+            if as_rows:
+                event = [event.get(name) for name in FIELD_NAMES]
+        elif not as_rows:
+            event = dict(zip(FIELD_NAMES, event))
+        if as_rows:
+            if event[_VERSION] is None:
+                event[_VERSION] = SCHEMA_VERSION
+            if event[_PROXY] is None:
+                event[_PROXY] = self.proxy_id
+            partitions = event[_PARTITIONS]
+            if partitions is not None:
+                if self.level == "headers":
+                    event[_PARTITIONS] = None
+                    event[_UPSTREAM] = None
+                elif isinstance(partitions, RawPartitions):
+                    event[_PARTITIONS] = self._resolve(partitions)
+        else:
+            if event.get("schema_version") is None:
+                event["schema_version"] = SCHEMA_VERSION
+            if event.get("proxy_id") is None:
+                event["proxy_id"] = self.proxy_id
+            partitions = event.get("partitions")
+            if partitions is not None:
+                if self.level == "headers":
+                    event["partitions"] = None
+                    event["upstream_partitions"] = None
+                elif isinstance(partitions, RawPartitions):
+                    event["partitions"] = self._resolve(partitions)
+        return event
 
     def _resolve(self, partitions: RawPartitions) -> list[dict] | None:
         """Scan a frame's batches in place and queue its raw batches for the side file."""
@@ -728,7 +531,7 @@ class TraceWriter:
             log.exception("records of a trace event not traced: scanning them failed")
             return None
 
-    def _build(self, deferred: tuple) -> dict | None:
+    def _build(self, deferred: tuple) -> dict | list | None:
         """Build a deferred event: (builder, *args) handed over by the data path."""
         try:
             return deferred[0](*deferred[1:])
@@ -740,14 +543,6 @@ class TraceWriter:
             self.unwritable += 1
             metrics.trace_events.labels("dropped").inc()
             return None
-
-    def _call_soon_on_trio(self, fn: Any) -> None:
-        if self._token is None:
-            return
-        try:
-            self._token.run_sync_soon(fn)
-        except trio.RunFinishedError:
-            pass
 
 
 def default_proxy_id() -> str:

@@ -1,8 +1,8 @@
-"""Level `records` without decoding records: partitions resolved on the trace writer's thread.
+"""Level `records` without decoding records: partitions resolved later, by the trace writer.
 
 The data path hands the trace writer the frame (or, for a Fetch response
 forwarded cut-through, the chunks it forwarded) wrapped in one of the classes
-below, and goes on. On the writer's thread `resolve(store)` walks the frame
+below, and goes on. The writer's `resolve(store)` walks the frame
 in place (kproxy.protocol.batch_scan): per partition the offsets, error codes
 and aborted-transactions list, the header of every record batch, and the raw
 batches, which `store(bytes) -> (file name, offset)` appends to the trace's
@@ -79,8 +79,8 @@ def _with_batches(
 class RawLedger:
     """Bytes of frames handed to the trace writer and not yet scanned: the writer's queue bound in bytes.
 
-    Each counter has one writing thread: `taken` the proxy's, `scanned` the
-    writer's, `dropped` the proxy's (events it dropped never reach the writer).
+    Each counter has one place that moves it: `taken` and `dropped` the data
+    path (events it dropped never reach the writer), `scanned` the writer.
     """
 
     __slots__ = ("taken", "scanned", "dropped")
@@ -96,7 +96,7 @@ class RawLedger:
 
 
 class RawPartitions:
-    """Partitions of one event, resolved on the writer's thread; holds its frame's bytes until then."""
+    """Partitions of one event, resolved by the writer; holds its frame's bytes until then."""
 
     __slots__ = ("ledger", "nbytes", "_released")
 
@@ -115,7 +115,7 @@ class RawPartitions:
         return None
 
     def _scanned(self) -> None:
-        """Writer thread: the frame is in the side file (or not traceable); its bytes no longer count."""
+        """The writer: the frame is in the side file (or not traceable); its bytes no longer count."""
         if not self._released:
             self._released = True
             if self.ledger is not None:

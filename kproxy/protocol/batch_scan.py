@@ -181,8 +181,8 @@ def scan_batches(
     return batches
 
 
-# The Produce walkers run once per Produce request and response on the trace
-# writer's thread at level `records` (hundreds per second at a modest rate),
+# The Produce walkers run once per Produce request and response in the trace
+# writer at level `records` (hundreds per second at a modest rate),
 # so they read fields with local indexing and struct rather than through
 # _Cursor's method calls: a third of the writer's time per event went there.
 _I16 = struct.Struct(">h").unpack_from
