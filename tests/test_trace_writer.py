@@ -340,6 +340,36 @@ async def test_drop_mode_counts_drops_while_the_writer_is_stalled(tmp_path: Path
     assert len(written) == accepted and written == sorted(written) and written[0] == 0
 
 
+async def test_a_failing_disk_stops_the_writer_and_the_data_path_hears_of_it(tmp_path: Path) -> None:
+    import errno
+
+    from kproxy.obs.trace import TraceWriterError
+
+    writer = TraceWriter(tmp_path, proxy_id="full", flush_interval=0.02)
+
+    def disk_full(data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    writer._sink._io_write = disk_full
+    failures: list[TraceWriterError] = []
+
+    async def run_writer() -> None:
+        try:
+            await writer.run()
+        except TraceWriterError as exc:
+            failures.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_writer)
+        writer.offer(header_event(0))
+        with trio.fail_after(5):
+            while not failures:
+                await trio.sleep(0.01)
+    assert "No space left on device" in str(failures[0])
+    with pytest.raises(TraceWriterError, match="No space left"):
+        await writer.put(header_event(1))
+
+
 async def test_block_mode_loses_nothing_under_a_burst_larger_than_the_queue(tmp_path: Path) -> None:
     written_before = trace_events_total("written")
     wait_before = backpressure_seconds()

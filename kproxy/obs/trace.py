@@ -375,6 +375,7 @@ class TraceWriter:
     async def _compose_until_stopped(self) -> None:
         queue = self._queue
         while True:
+            self._check_usable()  # a failed file thread stops the writer, and the data path hears of it
             if not queue:
                 if self._batch and (self._stopping or trio.current_time() >= self._due):
                     await self._write_batch()
