@@ -7,13 +7,16 @@ schema order later (so the data path does not pay for it), with `offer()`:
 a length check and a `deque.append`, well under a microsecond, never the disk.
 
 The writer composes on the proxy's own event loop, in its idle time. A
-trio task takes the queued events when the loop has had nothing else to do
-for about a millisecond, and works in steps of at most `_STEP_SECONDS`
-between which the data path runs: it builds the rows, scans a `records`
-frame's batches and lays out their side bytes (kproxy.obs.trace_records),
-and encodes a batch (one fixed-layout segment, kproxy.obs.trace_segments;
-or JSON lines serialised with orjson; or a pyarrow row group). A thread of
-its own (kproxy.obs.trace_io) then makes the system calls, in order.
+trio task looks for queued events every `_POLL_SECONDS` (not woken by each
+offer: that cost the data path a scheduler pass per event), takes them when
+the loop has had nothing else to do for about a millisecond, and works in
+steps of at most `_STEP_SECONDS` between which the data path runs: it builds
+the rows, scans a `records` frame's batches and lays out their side bytes
+(kproxy.obs.trace_records), and encodes a batch (one fixed-layout segment,
+kproxy.obs.trace_segments; or JSON lines serialised with orjson; or a
+pyarrow row group) once its oldest event is three quarters of
+`flush_interval` old, again in idle time. A thread of its own
+(kproxy.obs.trace_io) then makes the system calls, in order.
 
 Why not a thread for the Python work: the proxy and such a thread share one
 interpreter lock. A flush at level `records` is 1-2 ms of Python every 100 ms
@@ -24,7 +27,8 @@ Composing in the loop's idle time costs the same CPU with no lock handed back
 and forth, and a request waits at most one step (docs/performance.md).
 When the loop is never idle (a saturated proxy), the writer takes its steps
 anyway once its oldest event is `flush_interval` old, its queue half full, or
-a producer waits for room.
+a producer waits for room: every event is written within about
+`flush_interval` of its offer unless the proxy is saturated.
 
 Durability. Every batch reaches the kernel with one unbuffered `write()` per
 segment or line run, side bytes first, so a SIGKILL of the proxy leaves each
@@ -90,6 +94,9 @@ _STEP_SECONDS = 0.00005
 # ms) and lengthen it; a gap this long is usually the one between requests.
 # trio's I/O wait counts in milliseconds, so any cushion is at least 1 ms.
 _IDLE_CUSHION = 0.0005
+
+# How often a writer with nothing queued looks for events.
+_POLL_SECONDS = 0.02
 
 # Encoded batches waiting for the file thread, at most: past this the writer
 # stops taking events, so a stalled disk fills the queue (and on_full decides).
@@ -189,8 +196,14 @@ class TraceWriter:
         # Past this depth the writer stops waiting for the loop to be idle.
         self._wake_at = max(1, queue_size // 2)
         self._batch: list = []  # composed events waiting for their segment
-        self._due: float | None = None  # trio time by which the oldest unwritten event must be written
-        self._work: trio.Event | None = None  # set by offer() while the writer waits for events
+        # Trio times for the oldest unwritten event: from `_due` its batch is
+        # written as soon as the loop is idle; from `_deadline` the writer no
+        # longer waits for idle (its steps then alternate with the data path's).
+        self._due: float | None = None
+        self._deadline: float | None = None
+        # How often an idle writer looks for events; counted against flush_interval.
+        self._poll = min(_POLL_SECONDS, flush_interval / 4)
+        self._work: trio.Event | None = None  # set to hurry a writer that waits for events
         self._idle_scope: trio.CancelScope | None = None  # the writer's wait for an idle loop
         self._closing = False  # no more events accepted
         self._stopping = False  # the writer writes everything accepted and stops
@@ -230,9 +243,6 @@ class TraceWriter:
         if len(queue) < self._wake_at and not self._closing and self.raw_ledger.held < self.queue_bytes // 2:
             queue.append(event)
             self.accepted += 1
-            if self._work is not None:
-                self._work.set()
-                self._work = None
             return True
         return self._offer_slow(event)
 
@@ -383,14 +393,21 @@ class TraceWriter:
                 if self._stopping:
                     return
                 self._sink.rotate_if_old()
-                deadline = self._due if self._batch else trio.current_time() + self.flush_interval
+                # Look again after a poll interval rather than be woken by
+                # every offer(): waking a task per event costs the data path a
+                # scheduler pass each time (it showed in the median latency).
+                deadline = trio.current_time() + self._poll
+                if self._batch:
+                    deadline = min(deadline, self._due)
                 self._work = trio.Event()
                 with trio.move_on_at(deadline):
                     await self._work.wait()
                 self._work = None
                 continue
             if self._due is None:
-                self._due = trio.current_time() + self.flush_interval
+                # The oldest event may have waited a poll interval already.
+                self._deadline = trio.current_time() + self.flush_interval - self._poll
+                self._due = self._deadline - self.flush_interval / 4
             await self._take_turn()
             self._compose_step()
             # A full batch, or the queue drained after the oldest event's deadline;
@@ -404,7 +421,7 @@ class TraceWriter:
             or self._room_wanted
             or len(self._queue) >= self._wake_at
             or self.raw_ledger.held >= self.queue_bytes // 2
-            or (self._due is not None and trio.current_time() >= self._due)
+            or (self._deadline is not None and trio.current_time() >= self._deadline)
         )
 
     async def _take_turn(self) -> None:
@@ -412,7 +429,8 @@ class TraceWriter:
         if self._urgent():
             await trio.lowlevel.checkpoint()
             return
-        with trio.move_on_at(self._due if self._due is not None else trio.current_time() + self.flush_interval) as scope:
+        deadline = self._deadline if self._deadline is not None else trio.current_time() + self.flush_interval
+        with trio.move_on_at(deadline) as scope:
             self._idle_scope = scope
             try:
                 await wait_all_tasks_blocked(_IDLE_CUSHION)
@@ -454,7 +472,7 @@ class TraceWriter:
             await trio.sleep(_BACKLOG_POLL)
         self._commit(batch, payload, kept)
         if not self._queue and not self._batch:
-            self._due = None
+            self._due = self._deadline = None
 
     def _compose_all(self) -> None:
         """Compose and write everything queued at once (shutdown)."""
@@ -467,7 +485,7 @@ class TraceWriter:
             batch, self._batch = self._batch, []
             payload, kept = run_steps(self._sink.encode_steps(batch))
             self._commit(batch, payload, kept)
-        self._due = None
+        self._due = self._deadline = None
         if self._room_wanted:
             self._room_wanted = False
             self._room_available()
