@@ -98,9 +98,16 @@ _IDLE_CUSHION = 0.0005
 # How often a writer with nothing queued looks for events.
 _POLL_SECONDS = 0.02
 
+# A look at the sockets between two idle steps that took longer than this
+# means another task ran: the writer then waits for a full cushion again.
+_ANOTHER_TASK_RAN = 0.00002
+
 # Encoded batches waiting for the file thread, at most: past this the writer
 # stops taking events, so a stalled disk fills the queue (and on_full decides).
 _MAX_OPS_BACKLOG = 8
+# Writes up to this size go to the kernel from the loop itself when it is
+# idle and the file thread has nothing queued (see FileOps.on_loop_max_bytes).
+_ON_LOOP_WRITE_BYTES = 256 * 1024
 # How often a writer waiting for the file thread looks again.
 _BACKLOG_POLL = 0.002
 
@@ -205,6 +212,7 @@ class TraceWriter:
         self._poll = min(_POLL_SECONDS, flush_interval / 4)
         self._work: trio.Event | None = None  # set to hurry a writer that waits for events
         self._idle_scope: trio.CancelScope | None = None  # the writer's wait for an idle loop
+        self._in_idle_run = False  # the loop was idle at the writer's last turn
         self._closing = False  # no more events accepted
         self._stopping = False  # the writer writes everything accepted and stops
         self._started = False
@@ -425,10 +433,22 @@ class TraceWriter:
         )
 
     async def _take_turn(self) -> None:
-        """Let the data path run first: wait for an idle loop, or only yield once when urgent."""
+        """Let the data path run first: wait for an idle loop, or only yield once when urgent.
+
+        Once the loop has been idle for the cushion, the writer goes on step
+        after step for as long as nothing else wants to run in between (each
+        step still ends with a look at the sockets); after the data path ran,
+        it waits for a full cushion again.
+        """
         if self._urgent():
             await trio.lowlevel.checkpoint()
             return
+        if self._in_idle_run:
+            started = time.perf_counter()
+            await wait_all_tasks_blocked(0)
+            if time.perf_counter() - started < _ANOTHER_TASK_RAN:
+                return
+        self._in_idle_run = False
         deadline = self._deadline if self._deadline is not None else trio.current_time() + self.flush_interval
         with trio.move_on_at(deadline) as scope:
             self._idle_scope = scope
@@ -438,6 +458,8 @@ class TraceWriter:
                 self._idle_scope = None
         if scope.cancelled_caught:
             await trio.lowlevel.checkpoint()
+        else:
+            self._in_idle_run = True
 
     def _compose_step(self) -> None:
         """Compose queued events into the batch for at most _STEP_SECONDS (at least one event)."""
@@ -470,7 +492,12 @@ class TraceWriter:
         ops = self._ops
         while (ops.backlog_ops >= _MAX_OPS_BACKLOG or ops.backlog_bytes >= self.queue_bytes) and ops.failure is None:
             await trio.sleep(_BACKLOG_POLL)
-        self._commit(batch, payload, kept)
+        if not self._urgent():
+            ops.on_loop_max_bytes = _ON_LOOP_WRITE_BYTES
+        try:
+            self._commit(batch, payload, kept)
+        finally:
+            ops.on_loop_max_bytes = 0
         if not self._queue and not self._batch:
             self._due = self._deadline = None
 

@@ -137,7 +137,7 @@ def _dictionary_block(out: list[bytes], tag: bytes, entries: dict, texts: list[b
 
 
 # Cells of a JSON column serialised between two steps of encode_segment_steps.
-_JSON_CELLS_PER_STEP = 32
+_JSON_CELLS_PER_STEP = 8
 
 
 def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> Iterator[None]:
@@ -160,10 +160,12 @@ def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> Iterator[None]:
         # Serialising the cells is the one long pass of a segment (the
         # partitions of a `records` event): done in pieces.
         blobs: list[bytes | None] = []
+        entries: dict[bytes | None, None] = {}
         for start in range(0, len(cells), _JSON_CELLS_PER_STEP):
-            blobs.extend(map(_json_cell, cells[start : start + _JSON_CELLS_PER_STEP]))
+            chunk = list(map(_json_cell, cells[start : start + _JSON_CELLS_PER_STEP]))
+            blobs.extend(chunk)
+            entries.update(dict.fromkeys(chunk))  # hashing the texts is as long a pass as making them
             yield
-        entries = dict.fromkeys(blobs)
         entries.pop(None, None)
         if len(entries) < len(blobs) - blobs.count(None):
             # Repeated texts (an idle consumer's Fetch responses within one

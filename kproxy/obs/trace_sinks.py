@@ -82,6 +82,7 @@ class Sink:
         self._side_written = 0
         self._side_dropped = 0  # side bytes up to here are on disk and out of the page cache
         self._side_recycle = hasattr(os, "posix_fadvise")
+        self._side_recycled = 0  # the loop's count: side bytes handed to a recycle so far
 
     def _first_free_seq(self) -> int:
         # A restarted proxy with the same id continues the sequence, so its
@@ -118,11 +119,12 @@ class Sink:
         if self.path is not None:
             self.flush_side()
             if self._side_name:
-                self.ops.submit(self._io_close_side)
+                self.ops.submit(self._io_close_side, on_loop=False)
                 self._side_name = ""
             self.side_size = 0
+            self._side_recycled = 0
             self._side_index = {}
-            self.ops.submit(self._io_close_file)
+            self.ops.submit(self._io_close_file, on_loop=False)
             self.path = None
 
     def store_raw(self, data: memoryview, key: tuple | None = None) -> tuple[str, int]:
@@ -140,7 +142,7 @@ class Sink:
             side = self.path.with_suffix(".records")
             self._side_name = side.name
             self.side_files.append(side)
-            self.ops.submit(self._io_open_side, side)
+            self.ops.submit(self._io_open_side, side, on_loop=False)
         offset = self.side_size + self._side_pending_size
         self._side_pending.append(data)
         self._side_pending_size += len(data)
@@ -158,6 +160,10 @@ class Sink:
         self._side_pending_size = 0
         self.side_size += size
         self.ops.submit(self._io_write_side, pending, nbytes=size)
+        if self._side_recycle and self.side_size - self._side_recycled >= SIDE_RECYCLE_BYTES:
+            # Waits for the disk: never run on the event loop.
+            self.ops.submit(self._io_recycle_side_pages, on_loop=False)
+            self._side_recycled = self.side_size
 
     def encode_steps(self, events: list) -> Generator[None, None, tuple[Any, int]]:
         """Encode a batch in steps; returns (payload for `commit`, events kept)."""
@@ -209,7 +215,6 @@ class Sink:
             if n:
                 pending[done] = pending[done][n:]
             del pending[:done]
-        self._io_recycle_side_pages()
 
     def _io_recycle_side_pages(self) -> None:
         """Drop side bytes already on disk from the page cache, so new ones reuse its pages.
@@ -224,7 +229,7 @@ class Sink:
         the same machine) out of the cache. The write-back waits for the disk
         on this thread, never on the event loop.
         """
-        if not self._side_recycle or self._side_written - self._side_dropped < SIDE_RECYCLE_BYTES:
+        if not self._side_recycle or self._side is None:
             return
         fd = self._side.fileno()
         try:
@@ -238,7 +243,7 @@ class Sink:
 
 class JsonlSink(Sink):
     def _open_file(self, path: Path) -> None:
-        self.ops.submit(self._io_open, path)
+        self.ops.submit(self._io_open, path, on_loop=False)
 
     def _io_open(self, path: Path) -> None:
         # Unbuffered: a write() hands whole lines to the kernel, so the process
@@ -286,7 +291,7 @@ class SegmentSink(Sink):
     def _open_file(self, path: Path) -> None:
         header = file_header()
         self.size = len(header)
-        self.ops.submit(self._io_open, path, header)
+        self.ops.submit(self._io_open, path, header, on_loop=False)
 
     def _io_open(self, path: Path, header: bytes) -> None:
         # Unbuffered, like JSONL: each segment reaches the kernel in one write().
@@ -320,7 +325,7 @@ class ParquetSink(Sink):
         super().__init__(*args)
 
     def _open_file(self, path: Path) -> None:
-        self.ops.submit(self._io_open, path)
+        self.ops.submit(self._io_open, path, on_loop=False)
 
     def _io_open(self, path: Path) -> None:
         self._file = open(path, "xb")  # noqa: SIM115 - lives until rotation
@@ -338,7 +343,7 @@ class ParquetSink(Sink):
     def commit(self, payload: Any) -> None:
         self.ensure_open()
         self.flush_side()
-        self.ops.submit(self._io_write_table, payload, nbytes=payload.nbytes)
+        self.ops.submit(self._io_write_table, payload, nbytes=payload.nbytes, on_loop=False)  # encodes: not on the loop
 
     def _io_write_table(self, table: Any) -> None:
         # One row group per batch.
