@@ -107,7 +107,7 @@ _ANOTHER_TASK_RAN = 0.00002
 _MAX_OPS_BACKLOG = 8
 # Writes up to this size go to the kernel from the loop itself when it is
 # idle and the file thread has nothing queued (see FileOps.on_loop_max_bytes).
-_ON_LOOP_WRITE_BYTES = 256 * 1024
+_ON_LOOP_WRITE_BYTES = 64 * 1024
 # How often a writer waiting for the file thread looks again.
 _BACKLOG_POLL = 0.002
 
