@@ -527,7 +527,9 @@ class TraceWriter:
             metrics.trace_events.labels("dropped").inc(len(batch) - kept)
 
     def _count_written(self, n: int) -> None:
-        # The file thread's: `written` has no other writer.
+        # A file operation: operations run one at a time, in order (on the file
+        # thread, or on the idle loop when that thread has nothing queued), so
+        # `written` never has two writers at once.
         self.written += n
         metrics.trace_events.labels("written").inc(n)
 
