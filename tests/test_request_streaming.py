@@ -83,3 +83,44 @@ def test_a_rule_added_at_run_time_reaches_an_open_connection(proxy_factory, topi
     producer.flush(15)
     assert errors and errors[0] is not None, "the producer's open connection never met the new rule"
     assert metric_value(proxy, "kproxy_faults_applied_total", rule="refuse-produce", action="respond") >= 1
+
+
+def test_records_level_streams_a_large_produce_and_traces_its_batches(proxy_factory, tmp_path) -> None:  # noqa: ANN001
+    """At level `records` a large plain Produce still streams to the broker, and its batches
+    (read into one buffer as they pass) are traced and readable from the side file."""
+    import struct
+
+    from kproxy.obs.trace_files import iter_trace_events
+    from kproxy.protocol import apis
+    from kproxy.protocol.records import Record, encode_batches, make_batch
+
+    data = [Record(offset=i, timestamp=1_700_000_000_000, key=b"k%d" % i, value=b"v" * 900) for i in range(300)]
+    raw = encode_batches([make_batch(data, producer_id=5, producer_epoch=0, base_sequence=0)])
+    assert len(raw) > 2 * CUT_THROUGH_BYTES
+    # Produce v7: transactional id (null), acks, timeout, one topic with one partition.
+    body = struct.pack(">hhi", -1, 1, 30_000) + struct.pack(">ih", 1, 6) + b"orders" + struct.pack(">iii", 1, 0, len(raw)) + raw
+    big = request_frame(apis.PRODUCE, 7, 1, body)
+    traces = tmp_path / "traces"
+    with RecordingUpstream() as upstream:
+        proxy = proxy_factory(*SILENT_UPSTREAM, "--traces", str(traces), "--trace-level", "records", upstream=upstream.address)
+        s = raw_connect(proxy.bootstrap)
+        half = len(big) // 2
+        s.sendall(big[:half])
+        assert wait_for(lambda: (c := client_connection(upstream, big[:10])) is not None and len(c) >= half - 4096), (
+            "at level records the Produce was gathered whole before the broker saw any of it"
+        )
+        s.sendall(big[half:])
+        assert wait_for(lambda: len(client_connection(upstream, big[:10])) >= len(big))
+        assert bytes(client_connection(upstream, big[:10])) == big
+
+        def produce_requests() -> list[dict]:
+            return [e for e in iter_trace_events(traces) if e["api"] == "produce" and e["direction"] == "request"]
+
+        assert wait_for(lambda: bool(produce_requests())), "the Produce request was not traced"
+        s.close()
+    (event,) = produce_requests()
+    (orders,) = event["partitions"]
+    assert orders["topic"] == "orders" and orders["records_length"] == len(raw)
+    assert [(b["base_offset"], b["record_count"], b["producer_id"]) for b in orders["batches"]] == [(0, 300, 5)]
+    assert [r["key"] for r in orders["records"]] == ["k%d" % i for i in range(300)]
+    assert all(r["value"] == "v" * 900 for r in orders["records"])

@@ -441,11 +441,17 @@ class ClientConnection:
         api_key = header.api_key
         ex = Exchange(api_key, header.api_version, header.correlation_id, header.client_id, trio.current_time())
         if api_key in inspect.slow_request_apis or (
-            api_key == apis.PRODUCE
-            and (self.proxy.trace_records or not inspect.produce_is_plain(head, 4, header, ex))
+            api_key == apis.PRODUCE and not inspect.produce_is_plain(head, 4, header, ex)
         ):
-            return False  # at level `records` a Produce's batches are traced: it must arrive whole
+            return False
         proxy = self.proxy
+        # At level `records` a Produce's batches are traced: it streams all the
+        # same, read into one buffer of its own size that then goes to the
+        # trace writer whole (no gathering and copying first). Over TLS it
+        # arrives whole instead.
+        keep = proxy.trace_records and api_key == apis.PRODUCE
+        if keep and (type(self.client) is tls.TlsSocket or type(self.upstream) is tls.TlsSocket or self.upstream is None):
+            return False
         counter = proxy.request_frame_counters.get(api_key) or proxy.request_counter(api_key)
         counter.inc()
         size = frames.pending_frame_size
@@ -453,7 +459,7 @@ class ClientConnection:
             self.order.append(ex)
             self.in_flight[header.correlation_id] = ex
         ex.sent = ex.arrived
-        if proxy.trace is not None:
+        if proxy.trace is not None and not keep:
             await inspect.trace_fast_request(self, ex, size - 4)
         head_bytes = frames.take_pending()
         # The upstream lock is held from the first byte to the last: nothing
@@ -464,7 +470,16 @@ class ClientConnection:
             await self._send_upstream_locked(head_bytes)
             rest = size - len(head_bytes)
             try:
-                await relay.forward_locked(self.client, self.upstream, rest)
+                if keep:
+                    frame = bytearray(size)
+                    frame[: len(head_bytes)] = head_bytes
+
+                    async def traced() -> None:
+                        await inspect.trace_fast_request(self, ex, size - 4, frame, header)
+
+                    await relay.forward_into_locked(self.client, self.upstream, memoryview(frame)[len(head_bytes) :], traced)
+                else:
+                    await relay.forward_locked(self.client, self.upstream, rest)
             except EOFError:
                 metrics.protocol_errors.labels("truncated_frame").inc()
                 raise ConnectionClosed(

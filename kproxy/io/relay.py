@@ -18,6 +18,7 @@ encrypted on the wire): a move with one goes through its recv/send_all.
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -101,6 +102,50 @@ async def _move(src: trio.socket.SocketType, dst: trio.socket.SocketType, n: int
             raise SinkFailed(exc.errno, exc.strerror) from None
         # A fast broker could keep this loop busy without ever blocking;
         # yield now and then, not after every chunk.
+        unblocked += 1
+        if unblocked >= YIELD_EVERY_CHUNKS:
+            unblocked = 0
+            await trio.lowlevel.checkpoint()
+
+
+async def forward_into_locked(
+    src: trio.socket.SocketType, dst: trio.socket.SocketType, into: memoryview,
+    before_last: Callable[[], Awaitable[None]],
+) -> None:
+    """As forward_locked for plain sockets, reading into `into` (kept by the caller) rather than a pooled buffer.
+
+    `before_last` runs once every byte has arrived, before the last of them
+    is sent: a traced Produce is handed to the trace writer whole, and before
+    the broker can answer it.
+    """
+    n = len(into)
+    if not n:
+        await before_last()
+        return
+    pos = 0
+    unblocked = 0
+    while pos < n:
+        try:
+            got = os.readv(src.fileno(), (into[pos : pos + min(n - pos, CHUNK_BYTES)],))
+        except BlockingIOError:
+            unblocked = 0
+            try:
+                await net.wait_readable(src)
+            except OSError as exc:
+                raise SourceFailed(exc.errno, exc.strerror) from None
+            continue
+        except OSError as exc:
+            raise SourceFailed(exc.errno, exc.strerror) from None
+        if got == 0:
+            raise EOFError("the peer closed the connection inside a frame")
+        chunk = into[pos : pos + got]
+        pos += got
+        if pos == n:
+            await before_last()
+        try:
+            await net.send_all(dst, chunk)
+        except OSError as exc:
+            raise SinkFailed(exc.errno, exc.strerror) from None
         unblocked += 1
         if unblocked >= YIELD_EVERY_CHUNKS:
             unblocked = 0

@@ -121,7 +121,7 @@ def _keep_freed_frame_memory(queue_bytes: int) -> None:
     """Level `records`: freed frames' memory stays in the process for the next frames.
 
     At this level every Produce request and Fetch response (up to MiBs each)
-    is gathered whole and waits in the writer's queue until the writer has
+    is kept whole and waits in the writer's queue until the writer has
     copied its batches and frees it. glibc serves blocks that large with mmap,
     and trims the heap's free top once it passes twice the largest block seen,
     so the next frames landed on fresh pages: a page fault per 4 KiB traced,
