@@ -96,3 +96,15 @@ def test_kafka_options_belong_to_the_kafka_kind() -> None:
     result = CliRunner().invoke(main, ["broker", "--kind", "tansu", "--nodes", "3", "--transaction-version", "0"])
     assert result.exit_code == 2
     assert "--nodes, --transaction-version: for --kind kafka only" in result.output
+
+
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The storage tool's parser takes an id starting with "-" for an option and refuses to format."""
+    import uuid
+
+    from kproxy.kafka import kraft
+
+    draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=bytes(range(16)))])
+    monkeypatch.setattr(kraft.uuid, "uuid4", lambda: next(draws))
+    cluster_id = kraft.new_cluster_id()
+    assert cluster_id == "AAECAwQFBgcICQoLDA0ODw" and len(cluster_id) == 22

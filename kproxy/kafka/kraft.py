@@ -43,8 +43,16 @@ class KafkaStartError(KafkaSetupError):
 
 
 def new_cluster_id() -> str:
-    """Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
+
+    Never one that starts with "-": the storage tool's argument parser takes
+    it for an option and refuses the format (one id in 64; Kafka's own
+    Uuid.randomUuid() draws again for the same reason).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def default_transaction_version(version: str) -> int | None:
