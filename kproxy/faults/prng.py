@@ -36,9 +36,6 @@ class SplitMix64:
         """A float in [0, 1) with 53 bits of precision (like `random.random`)."""
         return (self.next_u64() >> 11) * (1.0 / (1 << 53))
 
-    def uniform(self, low: float, high: float) -> float:
-        return low + (high - low) * self.random()
-
 
 def stream_seed(seed: int, name: str) -> int:
     """Derive an independent stream seed from the engine seed and a name.

@@ -18,14 +18,13 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kproxy.obs.trace_schema import ABORTED_TXN, PARTITION, RECORD
+from kproxy.obs.trace_schema import PARTITION, RECORD
 from kproxy.protocol.records import RecordBatch, RecordDecodeError, control_type_of, decode_batches
 
 log = logging.getLogger(__name__)
 
 PARTITION_KEYS = tuple(f.name for f in PARTITION)
 RECORD_KEYS = tuple(f.name for f in RECORD)
-ABORTED_TXN_KEYS = tuple(f.name for f in ABORTED_TXN)
 
 TopicNames = Mapping[uuid.UUID, str]
 

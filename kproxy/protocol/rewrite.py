@@ -36,7 +36,6 @@ class AddressMap:
 
     advertise_host: str
     broker_port_base: int
-    max_node_id: int = 65535 - 1
     upstream: dict[int, Endpoint] = field(default_factory=dict)
     # Upstream host names as bytes: if none occurs in a Produce/Fetch response,
     # it cannot carry a broker endpoint and is passed through undecoded.

@@ -18,10 +18,6 @@ ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
 
-TRANSACTIONAL_API_KEYS = frozenset(
-    {PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT}
-)
-
 # Errors that say the request's (producer id, epoch) no longer owns its
 # transactional id: a newer producer took over, or the coordinator moved the
 # epoch on (a timed-out transaction, KIP-588, or a KIP-890 bump).
@@ -30,17 +26,6 @@ FENCING_ERRORS = frozenset(
         47,  # INVALID_PRODUCER_EPOCH
         49,  # INVALID_PRODUCER_ID_MAPPING
         90,  # PRODUCER_FENCED
-    }
-)
-
-# Errors worth remembering per producer (shown by GET /txns) although they
-# do not fence: the request hit the wrong transaction state or was refused.
-TXN_STATE_ERRORS = frozenset(
-    {
-        48,  # INVALID_TXN_STATE
-        53,  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        105,  # TRANSACTIONAL_ID_NOT_FOUND
-        120,  # TRANSACTION_ABORTABLE
     }
 )
 

@@ -51,7 +51,6 @@ class SideState:
     number: int = 0
     phase: Phase = "idle"
     partitions: frozenset[TopicPartition] = frozenset()
-    last_end_committed: bool | None = None
     last_end_client: int = 0
 
 
@@ -89,13 +88,7 @@ def _end_txn(state: SideState, req: TxnRequest, client_number: int | None) -> St
     if state.phase != "open":
         # A retry, or an EndTxn with nothing open: it ends nothing new.
         return Step(replace(state, last_end_client=seen), number, False, hazard)
-    ended = replace(
-        state,
-        phase="ending",
-        partitions=frozenset(),
-        last_end_committed=req.committed,
-        last_end_client=seen,
-    )
+    ended = replace(state, phase="ending", partitions=frozenset(), last_end_client=seen)
     return Step(ended, number, False, hazard)
 
 

@@ -12,17 +12,6 @@ rules below never see a client library.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-
-
-class Stage(Enum):
-    """Where in an operation an error surfaced; the same error means different things in each."""
-
-    PRODUCE = "produce"  # a non-transactional send (enqueue or delivery report)
-    IN_TXN = "in_txn"  # begin, a send, a poll or send_offsets inside a transaction, before commit
-    COMMIT = "commit"  # commit_transaction itself
-    POLL = "poll"  # a non-transactional poll
-    ASSIGN = "assign"  # assign / subscribe
 
 
 @dataclass(frozen=True)
