@@ -231,15 +231,13 @@ def run_steps(steps: Generator[None, None, Any]) -> Any:
             return done.value
 
 
-def encode_rows_checked(rows: list[list[Any]], columns: Sequence[tuple[str, str]] = COLUMNS) -> tuple[bytes, int]:
-    """Encode a batch; a row that does not fit is logged and left out. Returns (segment, rows kept)."""
-    return run_steps(encode_rows_checked_steps(rows, columns))
-
-
 def encode_rows_checked_steps(
     rows: list[list[Any]], columns: Sequence[tuple[str, str]] = COLUMNS
 ) -> Generator[None, None, tuple[bytes, int]]:
-    """encode_rows_checked in steps (see encode_segment_steps)."""
+    """Encode a batch in steps (see encode_segment_steps); a row that does not fit is logged and left out.
+
+    Returns (segment, rows kept).
+    """
     try:
         return (yield from encode_segment_steps(rows, columns)), len(rows)
     except (TypeError, ValueError, OverflowError):
@@ -433,7 +431,7 @@ def segment_index(path: Path | str) -> list[tuple[int, int]]:
     """(offset, length) of each complete segment's payload, walking the segment heads only.
 
     For the analysis's driver: it reads a few bytes per segment, and the
-    executors read, check and decode the payloads (`read_segment_arrow`).
+    executors read, check and decode the payloads (`read_segment_cells`).
     A file cut short (killed proxy) ends at its last complete segment.
     """
     path = Path(path)
@@ -509,13 +507,3 @@ def cells_to_arrow(n: int, by_name: dict[str, list[Any]], columns: Sequence[tupl
             cells = [None if c is None else bool(c) for c in cells]
         arrays.append(pa.array(cells, type=arrow_type[kind]))
     return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in columns])
-
-
-def read_segment_arrow(path: Path | str, offset: int, length: int, columns: Sequence[tuple[str, str]] = COLUMNS):  # noqa: ANN201
-    """One segment of a file as a flat pyarrow RecordBatch with exactly `columns` (by name; missing ones null).
-
-    Nested fields stay JSON text. Checks the segment's checksum: damage is a
-    SegmentError naming the file and the segment's offset.
-    """
-    n, by_name = read_segment_cells(path, offset, length)
-    return cells_to_arrow(n, by_name, columns)
