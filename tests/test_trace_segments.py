@@ -98,6 +98,33 @@ def test_a_checksummed_segment_with_a_bad_layout_is_reported_not_misread(tmp_pat
         list(iter_trace_events(tmp_path))
 
 
+def test_a_segment_file_of_a_newer_schema_is_refused_by_every_reader(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from kproxy.cli import main
+    from kproxy.obs.trace_schema import READABLE_VERSIONS
+    from kproxy.obs.trace_segments import (
+        _SEGMENT_HEAD, COLUMNS, SegmentError, file_header, read_segment_cells, segment_index)
+    from tests.test_trace_writer import unreadable_message
+
+    newer = max(READABLE_VERSIONS) + 1
+    path = tmp_path / "trace-k-20260101T000000-000000.events"
+    header = file_header(schema_version=newer)
+    segment = encode_segment([[filled(header_event(i))[name] for name, _ in COLUMNS] for i in range(3)])
+    path.write_bytes(header + segment)
+    refused = unreadable_message(path.name, newer)
+
+    with pytest.raises(TraceFileError, match=refused):
+        list(iter_trace_events(tmp_path))
+    # The analysis: its driver lists the segments, its executors read them.
+    with pytest.raises(SegmentError, match=refused):
+        segment_index(path)
+    with pytest.raises(SegmentError, match=refused):
+        read_segment_cells(path, len(header) + _SEGMENT_HEAD.size, len(segment) - _SEGMENT_HEAD.size)
+    result = CliRunner().invoke(main, ["trace", "export", str(path)])
+    assert result.exit_code == 1 and f"trace schema version {newer} is not one this kproxy reads" in result.output
+
+
 def test_a_segment_converts_to_arrow_with_nested_fields_as_json_text(tmp_path: Path) -> None:
     path = tmp_path / "trace-k-20260101T000000-000000.events"
     _three_segments(path)

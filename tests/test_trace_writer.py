@@ -445,6 +445,36 @@ def test_reader_skips_a_parquet_file_without_footer(tmp_path: Path) -> None:
         list(iter_trace_events(tmp_path, strict=True))
 
 
+def unreadable_message(where: str, version: int) -> str:
+    """The pattern of a reader's refusal of a trace of schema `version` at `where` (file, or file:line)."""
+    from kproxy.obs.trace_schema import READABLE_VERSIONS
+
+    readable = ", ".join(map(str, READABLE_VERSIONS))
+    return rf"{where}: trace schema version {version} is not one this kproxy reads \(it reads versions {readable}\)"
+
+
+def test_reader_refuses_jsonl_and_parquet_events_of_a_newer_schema(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kproxy.obs.trace_schema import READABLE_VERSIONS, arrow_schema
+
+    newer = max(READABLE_VERSIONS) + 1
+    jsonl = tmp_path / "jsonl" / trace_file_name("rd", 0, 0, "jsonl")
+    jsonl.parent.mkdir()
+    jsonl.write_bytes(orjson.dumps(header_event(0, schema_version=SCHEMA_VERSION)) + b"\n"
+                      + orjson.dumps(header_event(1, schema_version=newer)) + b"\n")
+    with pytest.raises(TraceFileError, match=unreadable_message(f"{jsonl.name}:2", newer)):
+        list(iter_trace_events(jsonl.parent))
+
+    parquet = tmp_path / "parquet" / trace_file_name("rd", 0, 0, "parquet")
+    parquet.parent.mkdir()
+    rows = [{name: header_event(i, schema_version=newer).get(name) for name in FIELD_NAMES} for i in range(2)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema()), parquet)
+    with pytest.raises(TraceFileError, match=unreadable_message(parquet.name, newer)):
+        list(iter_trace_events(parquet.parent))
+
+
 def test_files_sort_by_proxy_then_sequence(tmp_path: Path) -> None:
     names = [
         trace_file_name("b", 100, 0, "jsonl"),

@@ -23,6 +23,11 @@ and raises. Rotated JSONL files compressed afterwards (`.jsonl.gz`, as
 reads them; a damaged or cut-short gzip stream raises, naming the file. A Parquet file without its footer (the writer was killed before it
 rotated or closed the file) cannot be read at all: it is skipped with a
 warning unless `strict` is set.
+
+An event, or a segment file's header, that names a schema version this
+kproxy does not read (`trace_schema.READABLE_VERSIONS`; a newer writer's
+trace) is refused with a TraceFileError naming the file and the version:
+read as an older version, its fields could mean something else.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from kproxy.obs.trace_schema import unreadable_version
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +86,19 @@ def iter_jsonl_events(path: Path) -> Iterator[dict]:
         if not line:
             continue
         try:
-            yield orjson.loads(line)
+            event = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
             raise TraceFileError(f"{path}:{number}: not a JSON trace event: {exc}") from exc
+        if type(event) is dict:
+            _check_version(event.get("schema_version"), f"{path}:{number}")
+        yield event
+
+
+def _check_version(version: Any, where: str) -> None:
+    # An event without a version is not refused: nothing says which one it is.
+    problem = None if version is None else unreadable_version(version)
+    if problem is not None:
+        raise TraceFileError(f"{where}: {problem}")
 
 
 def _read_gzip(path: Path) -> bytes:
@@ -107,6 +124,9 @@ def iter_parquet_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
         log.warning("%s: skipping an unreadable Parquet trace (killed before close?): %s", path, exc)
         return
     for batch in parquet.iter_batches():
+        if "schema_version" in batch.schema.names:
+            for version in batch.column("schema_version").unique().to_pylist():
+                _check_version(version, str(path))
         yield from batch.to_pylist()
 
 

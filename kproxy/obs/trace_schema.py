@@ -26,6 +26,18 @@ SCHEMA_VERSION = 5
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
+def unreadable_version(version: Any) -> str | None:
+    """Why a trace written under schema `version` cannot be read here, or None if it can.
+
+    A newer writer's trace may lay out or mean its fields differently: reading
+    it as an older one would be silently wrong, so every reader refuses it.
+    """
+    if type(version) is int and version in READABLE_VERSIONS:
+        return None
+    return (f"trace schema version {version!r} is not one this kproxy reads (it reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}); read it with the kproxy that wrote it, or a newer one")
+
+
 @dataclass(frozen=True)
 class Field:
     name: str

@@ -45,7 +45,9 @@ stored as its JSON text (the same text a JSONL trace holds for it).
 A reader reads segments in order and stops at a segment that runs past the
 end of the file (a kill between segments or mid-write): everything up to the
 last complete segment is readable. A complete segment whose checksum does not
-match is corruption, reported with the file and byte offset.
+match is corruption, reported with the file and byte offset. A file whose
+header names a schema version this kproxy does not read (a newer writer's)
+is refused, naming the file and the version, by every reader here.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from typing import Any
 
 import orjson
 
-from kproxy.obs.trace_schema import EVENT, SCHEMA_VERSION
+from kproxy.obs.trace_schema import EVENT, SCHEMA_VERSION, unreadable_version
 
 log = logging.getLogger(__name__)
 
@@ -278,17 +280,7 @@ class SegmentFile:
         if start + size > len(data):
             self.schema_version, self.columns, self.segments, self.torn = SCHEMA_VERSION, COLUMNS, [], len(data)
             return
-        try:
-            header = orjson.loads(data[start : start + size])
-            if header.get("format") != FORMAT:
-                raise ValueError(f"format is {header.get('format')!r}")
-            self.schema_version = int(header["schema_version"])
-            self.columns = tuple((str(name), str(kind)) for name, kind in header["columns"])
-        except (orjson.JSONDecodeError, ValueError, KeyError, TypeError) as exc:
-            raise SegmentError(f"{self.path}:{start}: bad trace segment header: {exc}") from exc
-        for name, kind in self.columns:
-            if kind not in ("string", "json", *_TYPECODE):
-                raise SegmentError(f"{self.path}:{start}: column {name!r} has unknown kind {kind!r}")
+        self.schema_version, self.columns = _parse_header(data[start : start + size], self.path, start)
         self.segments: list[tuple[int, int]] = []
         pos = start + size
         while pos < len(data):
@@ -325,6 +317,26 @@ class SegmentFile:
                     cols[c] = [None if v is None else bool(v) for v in cols[c]]
             for row in zip(*cols):
                 yield dict(zip(names, row))
+
+
+def _parse_header(text: bytes, path: Path, start: int) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """A file header's schema version and columns; a SegmentError if it is malformed or of a version
+    this kproxy does not read. `start`: the header's offset in the file, for the message."""
+    try:
+        header = orjson.loads(text)
+        if header.get("format") != FORMAT:
+            raise ValueError(f"format is {header.get('format')!r}")
+        version = header["schema_version"]
+        columns = tuple((str(name), str(kind)) for name, kind in header["columns"])
+    except (orjson.JSONDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SegmentError(f"{path}:{start}: bad trace segment header: {exc}") from exc
+    problem = unreadable_version(version)
+    if problem is not None:
+        raise SegmentError(f"{path}: {problem}")
+    for name, kind in columns:
+        if kind not in ("string", "json", *_TYPECODE):
+            raise SegmentError(f"{path}:{start}: column {name!r} has unknown kind {kind!r}")
+    return version, columns
 
 
 def _dictionary_cells(payload: memoryview, pos: int, n: int, text: Any) -> tuple[list[Any], int]:
@@ -430,9 +442,11 @@ def segment_to_arrow(seg: SegmentFile, index: int):  # noqa: ANN201 - pyarrow im
 def segment_index(path: Path | str) -> list[tuple[int, int]]:
     """(offset, length) of each complete segment's payload, walking the segment heads only.
 
-    For the analysis's driver: it reads a few bytes per segment, and the
-    executors read, check and decode the payloads (`read_segment_cells`).
-    A file cut short (killed proxy) ends at its last complete segment.
+    For the analysis's driver: it reads the file header and a few bytes per
+    segment, and the executors read, check and decode the payloads
+    (`read_segment_cells`). A file cut short (killed proxy) ends at its last
+    complete segment; a file of a schema version this kproxy does not read
+    is refused here, before any segment is read.
     """
     path = Path(path)
     with open(path, "rb") as f:
@@ -447,6 +461,9 @@ def segment_index(path: Path | str) -> list[tuple[int, int]]:
             raise SegmentError(f"{path}:0: not a kproxy trace segment file (bad magic)")
         (header_size,) = _U32.unpack_from(head, len(FILE_MAGIC))
         pos = len(head) + header_size
+        if pos > size:
+            return []  # killed while writing the header: nothing was written after it
+        _parse_header(f.read(header_size), path, len(head))
         out = []
         while pos + _SEGMENT_HEAD.size <= size:
             f.seek(pos)
@@ -465,7 +482,8 @@ def read_segment_cells(path: Path | str, offset: int, length: int) -> tuple[int,
     """One segment of a file: its row count and each column's cells by name (JSON cells as UTF-8 bytes).
 
     Checks the segment's checksum: damage is a SegmentError naming the file
-    and the segment's offset.
+    and the segment's offset; so is a file of a schema version this kproxy
+    does not read.
     """
     path = Path(path)
     start = offset - _SEGMENT_HEAD.size
@@ -475,14 +493,13 @@ def read_segment_cells(path: Path | str, offset: int, length: int) -> tuple[int,
         f.seek(0)
         head = f.read(len(FILE_MAGIC) + 4)
         (header_size,) = _U32.unpack_from(head, len(FILE_MAGIC))
-        header = orjson.loads(f.read(header_size))
+        _version, file_columns = _parse_header(f.read(header_size), path, len(head))
     magic, stored_length, crc = _SEGMENT_HEAD.unpack_from(data, 0)
     payload = memoryview(data)[_SEGMENT_HEAD.size :]
     if magic != SEGMENT_MAGIC or stored_length != length or len(payload) != length:
         raise SegmentError(f"{path}:{start}: not the segment the index named")
     if zlib.crc32(payload) != crc:
         raise SegmentError(f"{path}:{start}: segment checksum mismatch")
-    file_columns = tuple((str(name), str(kind)) for name, kind in header["columns"])
     n, cols = decode_payload(payload, file_columns, f"{path}:{start}")
     return n, dict(zip((name for name, _ in file_columns), cols))
 
