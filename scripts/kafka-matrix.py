@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark")]
 
 from kproxy.demo import run_demo  # noqa: E402
-from kproxy.faults.kafka_errors import error_name  # noqa: E402
 from kproxy.kafka.kraft import start_cluster  # noqa: E402
+from kproxy.protocol.errors import error_name  # noqa: E402
 
 BROKERS = ["3.6.2", "3.9.1", "4.4.0:tv2", "4.4.0:tv0"]
 CLIENTS = ["confluent-kafka", "kafka-python", "java"]

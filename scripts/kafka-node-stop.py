@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kproxy.faults.kafka_errors import error_name  # noqa: E402
 from kproxy.kafka.jars import DEFAULT_VERSION  # noqa: E402
 from kproxy.kafka.kraft import start_cluster, wait_ready  # noqa: E402
 from kproxy.obs.trace_files import iter_trace_events  # noqa: E402
+from kproxy.protocol.errors import error_name  # noqa: E402
 from kproxy.proxy_process import running_proxy  # noqa: E402
 from kproxy.workload.config import WorkloadConfig  # noqa: E402
 from kproxy.workload.runner import run_workload  # noqa: E402

@@ -345,3 +345,13 @@ def test_replace_error_codes_returns_the_same_object_when_nothing_changes():
     response = error_response(apis.END_TXN, 4, request, 0)
     assert replace_error_codes(response, 48, only_nonzero=True) is response
     assert replace_error_codes(response, 0) is response
+
+
+def test_every_error_code_is_named_as_a_rule_spells_it() -> None:
+    from kproxy.faults.kafka_errors import resolve_error
+    from kproxy.protocol.errors import ERROR_NAMES, error_name
+
+    assert error_name(NOT_LEADER) == "NOT_LEADER_OR_FOLLOWER" and error_name(0) == "NONE"
+    for code, name in ERROR_NAMES.items():
+        assert error_name(code) == name and resolve_error(name) == code
+    assert error_name(32767) == "32767"  # a newer broker's code is shown, not refused

@@ -2,6 +2,8 @@
 
 kio's ErrorCode enum is the table of record, so every error the protocol knows
 can be injected, and a typo is refused at load time instead of on the wire.
+A code is named back by kproxy.protocol.errors.error_name, in the spelling
+rules use.
 """
 
 from __future__ import annotations
@@ -22,10 +24,3 @@ def resolve_error(spec: str | int) -> int:
         return int(ErrorCode[spec.strip().lower()])
     except KeyError:
         raise ValueError(f"unknown Kafka error name {spec!r} (for example NOT_LEADER_OR_FOLLOWER or 6)") from None
-
-
-def error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name.upper()
-    except ValueError:
-        return str(code)
