@@ -24,7 +24,7 @@ from hypercorn.config import Config
 from starlette.applications import Starlette
 
 from kproxy.cli import main
-from kproxy.faults import FaultEngine, RequestView, load_rule_file
+from kproxy.faults import FaultEngine, ExchangeView, load_rule_file
 from kproxy.faults.admin_routes import rules_routes
 
 RULES_DIR = Path(__file__).resolve().parent.parent / "rules"
@@ -146,7 +146,7 @@ def rules_on(server: AdminServer) -> dict:
 
 
 def test_list_shows_rules_counters_and_phase(admin: AdminServer) -> None:
-    admin.engine.decide(RequestView(0, 9), time.monotonic())
+    admin.engine.decide(ExchangeView(0, 9), time.monotonic())
     result = kproxy("list", "--admin", admin.address)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -171,7 +171,7 @@ def test_add_one_rule_a_list_and_a_whole_file(admin: AdminServer, tmp_path: Path
     assert ids == ["torn", "slow-produce", "lost-ack", "fenced", "timeout-as-fenced"]
     assert rules_on(admin)["rules"][1]["action"] == {"type": "delay", "ms": 50.0, "jitter_ms": 0.0}
     # The engine the proxy would consult sees the new rule at once.
-    assert admin.engine.decide(RequestView(26, 3, committed=True, txn_number=2), time.monotonic()).action == "respond"
+    assert admin.engine.decide(ExchangeView(26, 3, committed=True, txn_number=2), time.monotonic()).action == "respond"
 
 
 def test_add_refuses_a_bad_rule_locally_with_its_line(admin: AdminServer, tmp_path: Path) -> None:
@@ -204,7 +204,7 @@ def test_enable_disable_delete_and_unknown_ids(admin: AdminServer) -> None:
 
 
 def test_reset_zeroes_counters(admin: AdminServer) -> None:
-    admin.engine.decide(RequestView(0, 9), time.monotonic())
+    admin.engine.decide(ExchangeView(0, 9), time.monotonic())
     assert rules_on(admin)["rules"][1]["counters"]["applied"] == 1
     assert kproxy("reset", "--admin", admin.address).stdout == "counters reset\n"
     assert rules_on(admin)["rules"][1]["counters"] == {"matched": 0, "applied": 0}

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kproxy.faults import FORWARD, RequestView, RuleFileError, engine_from_rules, load_rule_text
+from kproxy.faults import FORWARD, ExchangeView, RuleFileError, engine_from_rules, load_rule_text
 from kproxy.faults.json_source import read_json
 from kproxy.faults.loader import validate_rule_file
 from kproxy.faults.prng import SplitMix64
@@ -18,7 +18,7 @@ from kproxy.faults.yaml_source import SourceData
 APIS = (0, 1, 24, 26)
 
 views = st.builds(
-    RequestView,
+    ExchangeView,
     api_key=st.sampled_from(APIS),
     api_version=st.integers(0, 10),
     direction=st.sampled_from(("request", "response")),
@@ -45,7 +45,7 @@ RULES: list[dict[str, Any]] = [
 ]
 
 
-def run(seed: int, sequence: list[tuple[RequestView, float]], rules: list[dict[str, Any]] = RULES) -> list[Any]:
+def run(seed: int, sequence: list[tuple[ExchangeView, float]], rules: list[dict[str, Any]] = RULES) -> list[Any]:
     engine = engine_from_rules(rules, seed=seed)
     return [engine.decide(view, now) for view, now in sequence]
 
@@ -57,7 +57,7 @@ timed_views = st.lists(st.tuples(views, st.floats(0, 1000, allow_nan=False)), ma
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**64 - 1), sequence=timed_views)
-def test_same_seed_same_views_same_decisions(seed: int, sequence: list[tuple[RequestView, float]]) -> None:
+def test_same_seed_same_views_same_decisions(seed: int, sequence: list[tuple[ExchangeView, float]]) -> None:
     assert run(seed, sequence) == run(seed, sequence)
 
 
@@ -65,7 +65,7 @@ def test_same_seed_same_views_same_decisions(seed: int, sequence: list[tuple[Req
 @given(seeds=st.lists(st.integers(0, 2**64 - 1), min_size=2, max_size=2, unique=True))
 def test_different_seeds_differ_with_probability_one_half(seeds: list[int]) -> None:
     coin = [{"id": "coin", "match": {"probability": 0.5}, "action": {"type": "drop"}}]
-    sequence = [(RequestView(0, 9), 0.0)] * 200
+    sequence = [(ExchangeView(0, 9), 0.0)] * 200
     first, second = ([d is FORWARD for d in run(seed, sequence, coin)] for seed in seeds)
     assert first != second  # 2**-200 chance of a false failure
     assert 60 < sum(first) < 140  # and each is a fair-looking coin
@@ -73,7 +73,7 @@ def test_different_seeds_differ_with_probability_one_half(seeds: list[int]) -> N
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32), sequence=st.lists(views, max_size=60))
-def test_an_unrelated_rule_does_not_shift_another_rules_draws(seed: int, sequence: list[RequestView]) -> None:
+def test_an_unrelated_rule_does_not_shift_another_rules_draws(seed: int, sequence: list[ExchangeView]) -> None:
     coin_only = [r for r in RULES if r["id"] == "coin"]
     # Same rule, plus a probabilistic rule that only ever sees API 24 (placed first).
     with_other = [{"id": "other", "match": {"api": 24, "probability": 0.5}, "action": {"type": "drop"}}] + coin_only
@@ -83,7 +83,7 @@ def test_an_unrelated_rule_does_not_shift_another_rules_draws(seed: int, sequenc
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**64 - 1), sequence=timed_views)
-def test_reset_counters_replays_the_same_decisions(seed: int, sequence: list[tuple[RequestView, float]]) -> None:
+def test_reset_counters_replays_the_same_decisions(seed: int, sequence: list[tuple[ExchangeView, float]]) -> None:
     engine = engine_from_rules(RULES, seed=seed)
     first = [engine.decide(v, now) for v, now in sequence]
     engine.reset_counters()

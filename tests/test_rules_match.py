@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kproxy.faults import FORWARD, RequestView, RuleFileError, engine_from_rules, load_rule_text
+from kproxy.faults import FORWARD, ExchangeView, RuleFileError, engine_from_rules, load_rule_text
 from kproxy.faults import decisions as d
 from kproxy.faults.engine import FaultEngine
 from kproxy.faults.limits import MAX_RULES
@@ -22,16 +22,16 @@ def rule(rule_id: str = "r", action: dict[str, Any] | None = None, limits: dict[
     return spec
 
 
-def produce(**facts: Any) -> RequestView:
-    return RequestView(api_key=PRODUCE, api_version=9, **facts)
+def produce(**facts: Any) -> ExchangeView:
+    return ExchangeView(api_key=PRODUCE, api_version=9, **facts)
 
 
-def end_txn(committed: bool, txn_number: int, version: int = 3, **facts: Any) -> RequestView:
-    return RequestView(api_key=END_TXN, api_version=version, committed=committed, txn_number=txn_number,
+def end_txn(committed: bool, txn_number: int, version: int = 3, **facts: Any) -> ExchangeView:
+    return ExchangeView(api_key=END_TXN, api_version=version, committed=committed, txn_number=txn_number,
                        transactional_id=facts.pop("transactional_id", "tx-1"), **facts)
 
 
-def applied(engine: FaultEngine, views: list[RequestView], now: float = 0.0) -> list[bool]:
+def applied(engine: FaultEngine, views: list[ExchangeView], now: float = 0.0) -> list[bool]:
     return [engine.decide(v, now) is not FORWARD for v in views]
 
 
@@ -41,7 +41,7 @@ def applied(engine: FaultEngine, views: list[RequestView], now: float = 0.0) -> 
 def test_api_by_name_or_key(spelling: Any) -> None:
     engine = engine_from_rules([rule(api=spelling)])
     assert isinstance(engine.decide(end_txn(True, 1), 0), d.Drop)
-    assert engine.decide(RequestView(FETCH, 12), 0) is FORWARD
+    assert engine.decide(ExchangeView(FETCH, 12), 0) is FORWARD
 
 
 def test_versions_single_range_open_and_list() -> None:
@@ -52,10 +52,10 @@ def test_versions_single_range_open_and_list() -> None:
 
 def test_direction_defaults_to_request() -> None:
     engine = engine_from_rules([rule(api="fetch")])
-    assert engine.decide(RequestView(FETCH, 12, direction="response"), 0) is FORWARD
-    assert engine.decide(RequestView(FETCH, 12, direction="request"), 0) is not FORWARD
+    assert engine.decide(ExchangeView(FETCH, 12, direction="response"), 0) is FORWARD
+    assert engine.decide(ExchangeView(FETCH, 12, direction="request"), 0) is not FORWARD
     response_rule = engine_from_rules([rule(api="fetch", direction="response", action={"type": "drop_response"})])
-    assert isinstance(response_rule.decide(RequestView(FETCH, 12, direction="response"), 0), d.DropResponse)
+    assert isinstance(response_rule.decide(ExchangeView(FETCH, 12, direction="response"), 0), d.DropResponse)
 
 
 def test_id_globs_need_the_fact() -> None:
@@ -88,7 +88,7 @@ def test_committed_flag_and_txn_number() -> None:
     engine = engine_from_rules([rule(api="end_txn", committed=True, txn_number={"min": 2, "max": 3})])
     assert applied(engine, [
         end_txn(True, 1), end_txn(True, 2), end_txn(False, 2), end_txn(True, 3), end_txn(True, 4),
-        RequestView(END_TXN, 3, committed=True, txn_number=None),
+        ExchangeView(END_TXN, 3, committed=True, txn_number=None),
     ]) == [False, True, False, True, False, False]
 
 
@@ -103,7 +103,7 @@ def test_exact_txn_number_and_open_minimum() -> None:
 
 def test_nth_applies_once_to_the_nth_match() -> None:
     engine = engine_from_rules([rule(api="produce", nth=3)])
-    views = [produce(), RequestView(FETCH, 12), produce(), produce(), produce()]
+    views = [produce(), ExchangeView(FETCH, 12), produce(), produce(), produce()]
     assert applied(engine, views) == [False, False, False, True, False]
 
 
@@ -200,7 +200,7 @@ def test_rules_named_by_phases_act_only_in_them_and_others_always() -> None:
         kinds[offset] = type(engine.decide(produce(), 10.0 + offset)).__name__
     assert kinds == {0: "Delay", 35: "Forward", 65: "Drop", 85: "Delay", 145: "Drop"}
     # `background` is in no phase: active throughout.
-    assert isinstance(engine.decide(RequestView(FETCH, 12), 10.0 + 35), d.DropResponse)
+    assert isinstance(engine.decide(ExchangeView(FETCH, 12), 10.0 + 35), d.DropResponse)
 
 
 def test_match_phase_and_duration_window_from_phase_start() -> None:
@@ -264,7 +264,7 @@ def test_needs_body_and_wants_tables() -> None:
 def test_rules_without_api_cover_every_api_even_unknown_keys() -> None:
     engine = engine_from_rules([rule(txn_number=1)])
     assert engine.wants(PRODUCE, "request") and engine.needs_body(9999, "request")
-    assert engine.decide(RequestView(9999, 0, txn_number=1), 0) is not FORWARD
+    assert engine.decide(ExchangeView(9999, 0, txn_number=1), 0) is not FORWARD
 
 
 # -- the rule store -----------------------------------------------------------------
@@ -329,7 +329,7 @@ def test_enable_disable_delete_reset_and_unknown_ids() -> None:
 def test_hot_reload_keeps_counters_of_unchanged_rules_only() -> None:
     engine = engine_from_rules([rule("same", api="produce", limits={"count": 2}), rule("edited", api="fetch")])
     engine.decide(produce(), 0)
-    engine.decide(RequestView(FETCH, 12), 0)
+    engine.decide(ExchangeView(FETCH, 12), 0)
     new_file = load_rule_text("""
 version: 1
 rules:
@@ -359,8 +359,8 @@ def test_sasl_apis_only_when_named() -> None:
     catch_all = engine_from_rules([rule(client_id="*")])
     for key in (sasl_handshake, sasl_authenticate):
         assert not catch_all.wants(key, "request")
-        assert catch_all.decide(RequestView(key, 1, client_id="c"), 0) is FORWARD
-    assert isinstance(catch_all.decide(RequestView(PRODUCE, 9, client_id="c"), 0), d.Drop)
+        assert catch_all.decide(ExchangeView(key, 1, client_id="c"), 0) is FORWARD
+    assert isinstance(catch_all.decide(ExchangeView(PRODUCE, 9, client_id="c"), 0), d.Drop)
     named = engine_from_rules([rule(api=["SaslAuthenticate"])])
     assert named.wants(sasl_authenticate, "request") and not named.wants(sasl_handshake, "request")
-    assert isinstance(named.decide(RequestView(sasl_authenticate, 2, client_id="c"), 0), d.Drop)
+    assert isinstance(named.decide(ExchangeView(sasl_authenticate, 2, client_id="c"), 0), d.Drop)

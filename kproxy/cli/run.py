@@ -55,6 +55,10 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
               help="Seed for probabilistic rules (overrides the file's seed).")
 @click.option("--guard", is_flag=True,
               help="Refuse to deliver hazardous transactional requests (stale EndTxn, late Produce).")
+@click.option("--stage-latency", is_flag=True,
+              help="Time each request's way through the data path's stages (decode, numbering, rules, rewrite, "
+                   "trace, upstream, held) into the kproxy_stage_seconds histogram, by API and stage. Off the "
+                   "fast path only; costs a clock read per stage (docs/observability.md).")
 @click.option("--fetch-leader-hints", is_flag=True,
               help="Offer clients Fetch v16+ (KIP-951 leader hints). The proxy then holds every Fetch response "
                    "whole to rewrite the hints instead of streaming it, which costs consume throughput.")
@@ -96,7 +100,7 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text for people, json (one object per line) for log pipelines.")
 def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file, generate_admin_token, no_admin,
-        rules_path, seed, guard, fetch_leader_hints,
+        rules_path, seed, guard, stage_latency, fetch_leader_hints,
         traces_dir,  # noqa: ANN001
         trace_level, trace_format, trace_on_full, trace_rotate_mb, trace_rotate_s,
         tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, upstream_cert, upstream_key,
@@ -130,6 +134,7 @@ def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file,
         rules_path=rules_path,
         seed=seed,
         guard=guard,
+        stage_latency=stage_latency,
         fetch_leader_hints=fetch_leader_hints,
         traces_dir=traces_dir,
         trace_level=trace_level,

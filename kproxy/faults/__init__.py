@@ -5,14 +5,14 @@ from kproxy.faults.engine import FaultEngine, engine_from_rules
 from kproxy.faults.errors import Problem, RuleFileError
 from kproxy.faults.loader import json_schema, load_rule_file, load_rule_text
 from kproxy.faults.model import Rule, RuleFile
-from kproxy.faults.view import RequestView
+from kproxy.faults.view import ExchangeView
 
 __all__ = [
     "FORWARD",
     "Decision",
     "FaultEngine",
     "Problem",
-    "RequestView",
+    "ExchangeView",
     "Rule",
     "RuleFile",
     "RuleFileError",

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-HoldUntil = Literal["next_txn_records", "client_retry", "client_disconnect"]
+# What releases a held request or copy (the rule file's `until` / `hold_until`).
+ReleaseOn = Literal["next_txn_records", "client_retry", "client_disconnect"]
 Side = Literal["client", "upstream"]
 When = Literal["before", "after"]
 RewriteField = Literal[
@@ -50,14 +51,14 @@ class Duplicate:
     """Forward the request, then `copies` extra copies `spacing_s` apart.
 
     The extra copies go over the proxy's own upstream connection and their
-    responses are traced and discarded. With `hold_until`, the copies wait for
-    that event before they are sent.
+    responses are traced and discarded. With `release_on` (the rule's
+    `hold_until`), the copies wait for that event before they are sent.
     """
 
     rule_id: str
     copies: int
     spacing_s: float
-    hold_until: HoldUntil | None
+    release_on: ReleaseOn | None
     action: ClassVar[str] = "duplicate"
 
 
@@ -107,7 +108,7 @@ class Disconnect:
 
 @dataclass(frozen=True, slots=True)
 class Hold:
-    """Keep the request until `until` happens, then deliver it late.
+    """Keep the request until `release_on` happens (the rule's `until`), then deliver it late.
 
     After `timeout_s` (None: no limit) it is delivered anyway. With `ghost`,
     delivery goes over the proxy's own upstream connection even if the client
@@ -115,7 +116,7 @@ class Hold:
     """
 
     rule_id: str
-    until: HoldUntil
+    release_on: ReleaseOn
     timeout_s: float | None
     ghost: bool
     action: ClassVar[str] = "hold"

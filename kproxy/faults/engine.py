@@ -39,7 +39,7 @@ from kproxy.faults.matching import CompiledRule
 from kproxy.faults.model import Rule, RuleFile, Schedule
 from kproxy.faults.prng import SplitMix64, stream_seed
 from kproxy.faults.schedule import PhaseAt, phase_at
-from kproxy.faults.view import RequestView
+from kproxy.faults.view import ExchangeView
 from kproxy.faults.yaml_source import SourceData
 
 DIRECTIONS = ("request", "response")
@@ -95,7 +95,7 @@ class FaultEngine:
             return any(r.needs_body for r in self._tables.any_api.get(direction, ()))
         return found
 
-    def decide(self, view: RequestView, now: float) -> Decision:
+    def decide(self, view: ExchangeView, now: float) -> Decision:
         self._observe(now)
         candidates = self._candidates(view.api_key, view.direction)
         if not candidates:
@@ -354,5 +354,5 @@ def engine_from_rules(rules: Iterable[dict[str, Any]], seed: int | None = None, 
     return FaultEngine(validate_rule_file(SourceData(data, {}), "<rules>"), seed=seed)
 
 
-__all__ = ["CompiledRuleFile", "FaultEngine", "RequestView", "RuleFileError", "Problem", "compile_rule_file",
+__all__ = ["CompiledRuleFile", "FaultEngine", "ExchangeView", "RuleFileError", "Problem", "compile_rule_file",
            "engine_from_rules"]

@@ -15,7 +15,7 @@ from kproxy.faults.apis import SASL_APIS
 from kproxy.faults.fieldspecs import VersionRange, parse_apis, parse_partitions, parse_txn_number, parse_versions
 from kproxy.faults.globs import glob_matches
 from kproxy.faults.model import Rule
-from kproxy.faults.view import RequestView
+from kproxy.faults.view import ExchangeView
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class CompiledRule:
             return False
         return api_key not in SASL_APIS if self.apis is None else api_key in self.apis
 
-    def matches(self, view: RequestView) -> bool:
+    def matches(self, view: ExchangeView) -> bool:
         m = self.rule.match
         if not self.covers(view.api_key, view.direction):
             return False

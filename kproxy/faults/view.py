@@ -7,7 +7,7 @@ from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
-class RequestView:
+class ExchangeView:
     """The facts about one frame that rules can match on.
 
     Header facts (api, version, client id) are always known. Body facts are

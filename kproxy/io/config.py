@@ -50,6 +50,8 @@ class ProxyConfig:
     rules_path: Path | None = None
     seed: int | None = None
     guard: bool = False
+    # Time each request's stages into kproxy_stage_seconds (costs the data path a clock read per stage).
+    stage_latency: bool = False
     fetch_leader_hints: bool = False  # offer Fetch v16+ (responses then held whole for the rewrite)
     traces_dir: Path | None = None
     trace_level: str = "headers"

@@ -9,8 +9,9 @@ response that nothing needs whole (a Fetch of several MiB) goes cut-through:
 its bytes are sent on as they arrive.
 
 Everything beyond headers (address rewriting, the transaction tracker, fault
-rules, traces) happens in `kproxy.io.inspect`, only for the frames that need
-it. Malformed input closes this connection with a log line and a metric; it
+rules) is decided by the pipeline (kproxy.pipeline) and carried out by
+kproxy.io.delivery, only for the frames that need it; trace events come from
+kproxy.obs.trace_events. Malformed input closes this connection with a log line and a metric; it
 never reaches the rest of the proxy.
 """
 
@@ -21,20 +22,19 @@ import socket
 import ssl
 import struct
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Any
 
 import trio
 
 from kproxy.io import net, relay, tls
-from kproxy.io.exchange import Exchange
+from kproxy.io.errors import ConnectionClosed
 from kproxy.obs import metrics
+from kproxy.pipeline.decode import Undecodable
+from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis, error_scan
 from kproxy.protocol.codec import DecodeError, parse_request_header
 from kproxy.protocol.framing import FrameBuffer, FrameError
-
-if TYPE_CHECKING:
-    from kproxy.io.proxy import Proxy
-    from kproxy.protocol.rewrite import Endpoint
+from kproxy.protocol.rewrite import Endpoint
 
 log = logging.getLogger("kproxy.conn")
 
@@ -101,14 +101,6 @@ class CutThrough:
         return min(self.remaining, max(want, RELAY_MIN_BYTES) if want else net.RECV_BYTES)
 
 
-class ConnectionClosed(Exception):
-    """Ends a connection on purpose, with the reason for metrics and logs."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
 def _feed(frames: FrameBuffer, data: bytes, sender: str) -> tuple[bytes, list[int]]:
     """The frames `data` completes; a malformed one counts as a protocol error and ends the connection."""
     try:
@@ -127,7 +119,7 @@ def _feed(frames: FrameBuffer, data: bytes, sender: str) -> tuple[bytes, list[in
 class ClientConnection:
     def __init__(
         self,
-        proxy: Proxy,
+        proxy: Any,  # the kproxy.io.proxy.Proxy that accepted it (which imports this module)
         client: trio.socket.SocketType,
         client_addr: str,
         node_id: int,
@@ -148,7 +140,6 @@ class ClientConnection:
         self.close_reason = "client_closed"
         self.close_rule: str | None = None  # the fault rule that cut the connection (close reason fault_disconnect)
         self.closed_on_purpose = False  # close() ran: what the pumps raise after it is its consequence
-        self.client_done = False
         self.drained = trio.Event()
         self.closed = trio.Event()
         # For the proxy's timeout sweep (Proxy.sweep_connections): when the client last
@@ -201,7 +192,7 @@ class ClientConnection:
                     self.nursery = nursery
                     nursery.start_soon(self._pump_requests, *opening)
                     nursery.start_soon(self._pump_responses)
-            except* ConnectionClosed as group:
+            except* (ConnectionClosed, Undecodable) as group:
                 first = group.exceptions[0]
                 if self.closed_on_purpose:
                     log.debug("conn %d from %s: after the close: %s", self.conn_id, self.client_addr, first)
@@ -225,7 +216,7 @@ class ClientConnection:
             metrics.connections_closed.labels("client", self.close_reason).inc()
             if self.proxy.trace is not None:
                 with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TRACE_TIMEOUT):
-                    await self.proxy.inspector.trace_close(self, unsent)
+                    await self.proxy.delivery.trace_close(self, unsent)
             self.proxy.connection_closed(self)
 
     async def _client_handshake(self, context: ssl.SSLContext) -> bool:
@@ -377,10 +368,13 @@ class ClientConnection:
 
     async def _forward_requests(self, block: bytes, offsets: list[int]) -> None:
         """Forward the complete request frames of one read, inspecting those that need it."""
-        inspect = self.proxy.inspector
+        proxy = self.proxy
+        routing = proxy.pipeline.routing
+        delivery = proxy.delivery
+        events = proxy.events
         # Read per block, not once per connection: a rule added at run time
         # must reach connections that are already open.
-        slow_apis = inspect.slow_request_apis
+        slow_apis = routing.slow_request_apis
         order = self.order
         in_flight = self.in_flight
         frames_counter = self.proxy.request_frame_counters
@@ -403,7 +397,7 @@ class ClientConnection:
             counter.inc()
             ex = Exchange(api_key, header.api_version, header.correlation_id, header.client_id, now)
             if api_key not in slow_apis and (
-                api_key != apis.PRODUCE or inspect.produce_is_plain(block, start + 4, header, ex)
+                api_key != apis.PRODUCE or routing.produce_is_plain(block, start + 4, header, ex)
             ):
                 if ex.expects_response:
                     order.append(ex)
@@ -411,18 +405,19 @@ class ClientConnection:
                 ex.sent = now
                 if tracing:
                     if trace_produce and api_key == apis.PRODUCE:
-                        await inspect.trace_fast_request(self, ex, end - start - 4, block[start:end], header)
+                        row = events.fast_request(self, ex, end - start - 4, block[start:end], header)
                     else:
-                        await inspect.trace_fast_request(self, ex, end - start - 4)
+                        row = events.fast_request(self, ex, end - start - 4)
+                    await proxy.emit_trace(row)
                 continue
             # Off the fast path: forward what came before untouched, then
-            # let the inspector decide what happens to this frame.
+            # let the pipeline decide what happens to this frame.
             if run_start < start:
                 await self.send_upstream(block[run_start:start])
             run_start = end
             ex.header = header
-            ex.frame = block[start:end]
-            await inspect.on_request(self, ex)
+            ex.request_frame = block[start:end]
+            await delivery.on_request(self, ex)
         if run_start < len(block):
             await self.send_upstream(block[run_start:] if run_start else block)
 
@@ -437,11 +432,11 @@ class ClientConnection:
             header = parse_request_header(head, 4)
         except DecodeError:
             return False  # a header longer than the peek: the whole-frame path reads (or refuses) it
-        inspect = self.proxy.inspector
+        routing = self.proxy.pipeline.routing
         api_key = header.api_key
         ex = Exchange(api_key, header.api_version, header.correlation_id, header.client_id, trio.current_time())
-        if api_key in inspect.slow_request_apis or (
-            api_key == apis.PRODUCE and not inspect.produce_is_plain(head, 4, header, ex)
+        if api_key in routing.slow_request_apis or (
+            api_key == apis.PRODUCE and not routing.produce_is_plain(head, 4, header, ex)
         ):
             return False
         proxy = self.proxy
@@ -460,7 +455,7 @@ class ClientConnection:
             self.in_flight[header.correlation_id] = ex
         ex.sent = ex.arrived
         if proxy.trace is not None and not keep:
-            await inspect.trace_fast_request(self, ex, size - 4)
+            await proxy.emit_trace(proxy.events.fast_request(self, ex, size - 4))
         head_bytes = frames.take_pending()
         # The upstream lock is held from the first byte to the last: nothing
         # else (a delayed or duplicated request) may land inside this frame.
@@ -475,7 +470,7 @@ class ClientConnection:
                     frame[: len(head_bytes)] = head_bytes
 
                     async def traced() -> None:
-                        await inspect.trace_fast_request(self, ex, size - 4, frame, header)
+                        await proxy.emit_trace(proxy.events.fast_request(self, ex, size - 4, frame, header))
 
                     await relay.forward_into_locked(self.client, self.upstream, memoryview(frame)[len(head_bytes) :], traced)
                 else:
@@ -498,7 +493,6 @@ class ClientConnection:
 
     async def _client_eof(self) -> None:
         """The client closed its side: finish answering, then close (half-close)."""
-        self.client_done = True
         if self.upstream is not None:
             try:
                 self.upstream.shutdown(socket.SHUT_WR)
@@ -597,13 +591,13 @@ class ClientConnection:
     async def _answer_frames(self, block: bytes, offsets: list[int]) -> None:
         """Route the complete response frames of one read back to the client."""
         proxy = self.proxy
-        inspect = proxy.inspector
+        routing = proxy.pipeline.routing
         in_flight = self.in_flight
         order = self.order
         latency = proxy.client_latency_histograms
         response_counters = proxy.response_frame_counters
-        inspect_from = inspect.inspect_responses_from
-        hints_only = inspect.leader_hints_only
+        inspect_from = routing.inspect_responses_from
+        hints_only = routing.leader_hints_only
         addresses = proxy.addresses
         tracing = proxy.trace is not None
         now = trio.current_time()
@@ -629,16 +623,16 @@ class ClientConnection:
                 or ex.api_version < min_version
                 or (ex.api_key in hints_only and not addresses.may_name_brokers_in(block, start, end))
             ):
-                ex.response = block[start:end]
+                ex.response_frame = block[start:end]
                 hist = latency.get(ex.api_key)
                 if hist is None:
                     hist = proxy.latency_histogram(ex.api_key)
                 hist.observe(now - ex.arrived)
                 if tracing:
-                    await inspect.trace_fast_response(self, ex, ex.response, now)
+                    await proxy.emit_trace(proxy.events.fast_response(self, ex, ex.response_frame, now))
             else:
                 untouched = False
-                await inspect.on_response(self, ex, block[start:end], now)
+                await proxy.delivery.on_response(self, ex, block[start:end], now)
         if untouched:
             for _ in offsets:
                 order.popleft()
@@ -661,7 +655,7 @@ class ClientConnection:
         if ex is None or ex.header is not None or not order or order[0] is not ex:
             return None  # inspected, unknown, or behind an unanswered request: wait for it whole
         proxy = self.proxy
-        min_version = proxy.inspector.inspect_responses_from.get(ex.api_key)
+        min_version = proxy.pipeline.routing.inspect_responses_from.get(ex.api_key)
         if min_version is not None and ex.api_version >= min_version:
             return None
         scan = None
@@ -710,18 +704,18 @@ class ClientConnection:
         ex = cut.ex
         now = trio.current_time()
         proxy = self.proxy
-        ex.response = b""  # already with the client
+        ex.response_frame = b""  # already with the client
         order = self.order
         if order and order[0] is ex:
             order.popleft()
         hist = proxy.client_latency_histograms.get(ex.api_key) or proxy.latency_histogram(ex.api_key)
         hist.observe(now - ex.arrived)
         if cut.scan is not None:
-            await proxy.inspector.trace_fast_response(self, ex, None, now, size=cut.size - 4, codes=cut.scan.codes)
+            await proxy.emit_trace(proxy.events.fast_response(self, ex, None, now, size=cut.size - 4, codes=cut.scan.codes))
         elif cut.chunks is not None:
-            await proxy.inspector.trace_fast_response(self, ex, None, now, size=cut.size - 4, chunks=cut.chunks)
+            await proxy.emit_trace(proxy.events.fast_response(self, ex, None, now, size=cut.size - 4, chunks=cut.chunks))
         if order:
-            if order[0].response is not None:
+            if order[0].response_frame is not None:
                 await self.flush_responses()
         else:
             self.drained.set()
@@ -732,11 +726,11 @@ class ClientConnection:
         out = []
         while order:
             head = order[0]
-            if head.response is None:
+            if head.response_frame is None:
                 break
             order.popleft()
             if not head.suppress_response:
-                out.append(head.response)
+                out.append(head.response_frame)
         if out:
             await self.send_client(b"".join(out) if len(out) > 1 else out[0])
         if not order:

@@ -25,10 +25,13 @@ from kproxy.faults.model import RuleFile
 from kproxy.io import net, readiness
 from kproxy.io.config import ProxyConfig
 from kproxy.io.connection import ClientConnection
+from kproxy.io.delivery import Delivery
 from kproxy.io.ghost import GhostLink
-from kproxy.io.inspect import Inspector
 from kproxy.obs import metrics
-from kproxy.protocol import apis, record_views
+from kproxy.obs.trace_events import TraceEvents
+from kproxy.pipeline.path import Pipeline
+from kproxy.pipeline.timing import StageTimer
+from kproxy.protocol import apis
 from kproxy.protocol.codec import decode_response, encode_request
 from kproxy.protocol.framing import FrameBuffer
 from kproxy.protocol.rewrite import STREAMING_VERSION_CAPS, AddressMap, Endpoint
@@ -94,12 +97,9 @@ class Proxy:
         self.trace = trace  # a TraceWriter, or None when not tracing
         self.trace_records = trace is not None and config.trace_level == "records"
         self.version_caps = {} if config.fetch_leader_hints else STREAMING_VERSION_CAPS
-        self.record_views = record_views
         self.topic_names: dict[Any, str] = {}
         self.ghost_links: dict[int, GhostLink] = {}
         self._error_counters: dict[tuple[int, int], Any] = {}
-        self._opened_seen = (0, 0)
-        self._stats_published = 0.0
         self._published_phases: set[str] = set()
         self.addresses = AddressMap(config.advertise_host, config.broker_port_base)
         self.listeners: dict[int, trio.socket.SocketType] = {}
@@ -112,7 +112,23 @@ class Proxy:
         self.started = trio.Event()
         self._readiness: tuple[float, bool, dict[str, str | None]] | None = None
         self._readiness_lock = trio.Lock()
-        self.inspector = Inspector(self)
+        self.pipeline = Pipeline(
+            self.engine, self.tracker, self.addresses, self.version_caps, self.topic_names, guard=config.guard,
+            timer=StageTimer(time.perf_counter) if config.stage_latency else None,
+        )
+        self.events = (
+            TraceEvents(config.proxy_id, self.trace_records, self.topic_names, trace.raw_ledger)
+            if trace is not None else None
+        )
+        self.delivery = Delivery(
+            self.pipeline, self.events, self.emit_trace,
+            nursery=lambda: self.nursery,
+            ghost_link=self.ghost_link,
+            ensure_listener=self.ensure_listener,
+            count_error=self.count_error,
+            latency_histogram=self.latency_histogram,
+            hold_timeout=config.hold_timeout,
+        )
         metrics.pending_requests.labels("in_flight").set_function(self.in_flight_count)
         metrics.txn_producers.set_function(lambda: self.tracker.stats().producers)
         metrics.txn_open.labels("client").set_function(lambda: self.tracker.stats().open_client)
@@ -149,15 +165,7 @@ class Proxy:
 
     def connection_closed(self, conn: ClientConnection) -> None:
         self.connections.discard(conn)
-        self.inspector.connection_closed(conn)
-
-    @staticmethod
-    def wall_clock() -> float:
-        return time.time()
-
-    @staticmethod
-    def mono_ns() -> int:
-        return time.monotonic_ns()
+        self.delivery.connection_closed(conn)
 
     def count_error(self, api_key: int, code: int) -> None:
         counter = self._error_counters.get((api_key, code))
@@ -166,28 +174,12 @@ class Proxy:
             self._error_counters[(api_key, code)] = counter
         counter.inc()
 
-    def publish_txn_stats(self) -> None:
-        """Move the transactions-opened counters (at most every 250 ms: stats walk every producer)."""
-        now = self.clock()
-        if now - self._stats_published < 0.25:
-            return
-        self._stats_published = now
-        self.flush_txn_stats()
-
     def flush_txn_stats(self) -> None:
-        stats = self.tracker.stats()
-        client, broker = self._opened_seen
-        metrics.txn_started.labels("client").inc(stats.opened_client - client)
-        metrics.txn_started.labels("broker").inc(stats.opened_broker - broker)
-        self._opened_seen = (stats.opened_client, stats.opened_broker)
+        self.pipeline.numbering.flush_stats()
 
-    async def emit_trace(self, event: dict[str, Any]) -> None:
+    async def emit_trace(self, event: Any) -> None:
         if not self.trace.offer(event):
             await self.trace.put(event)
-
-    def nursery_for(self, conn: ClientConnection) -> trio.Nursery:
-        """Tasks that die with the client connection (a delayed request)."""
-        return conn.nursery if conn.nursery is not None else self.nursery
 
     def ghost_link(self, node_id: int) -> GhostLink:
         link = self.ghost_links.get(node_id)
@@ -195,8 +187,8 @@ class Proxy:
             link = GhostLink(
                 self._upstream_for(node_id),
                 self.config.connect_timeout,
-                self.inspector.on_ghost_response,
-                functools.partial(self.inspector.on_ghost_link_closed, node_id),
+                self.delivery.on_ghost_response,
+                functools.partial(self.delivery.on_ghost_link_closed, node_id),
                 tls=self.config.upstream_tls,
             )
             self.ghost_links[node_id] = link
@@ -222,7 +214,7 @@ class Proxy:
         self._published_phases = set(names)
 
     def rules_changed(self) -> None:
-        self.inspector.refresh()
+        self.pipeline.rules_changed()
         rules = self.engine.list_rules()
         enabled = sum(1 for r in rules if r.get("enabled", True))
         metrics.rules_loaded.labels("enabled").set(enabled)

@@ -153,6 +153,12 @@ faults_applied = Counter(
     ["rule", "action"],
     registry=REGISTRY,
 )
+fault_failures = Counter(
+    "kproxy_fault_failures_total",
+    "Fault actions that failed on a frame they matched (the frame went on unchanged), by rule id and action.",
+    ["rule", "action"],
+    registry=REGISTRY,
+)
 rules_loaded = Gauge(
     "kproxy_rules_loaded",
     "Rules currently loaded, by state (enabled or disabled).",
@@ -215,6 +221,22 @@ trace_events = Counter(
     "kproxy_trace_events_total",
     "Trace events, by outcome (written, or dropped when the queue was full in drop mode).",
     ["outcome"],
+    registry=REGISTRY,
+)
+# The data path's stages (docs/observability.md, "Per-stage latency"): opt-in
+# (`kproxy run --stage-latency`), as timing every stage costs the data path.
+STAGES = ("decode", "numbering", "rules", "rewrite", "trace", "upstream", "held")
+STAGE_BUCKETS = (
+    0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+stage_latency = Histogram(
+    "kproxy_stage_seconds",
+    "Time requests spent in each stage of the data path (off the fast path), by API and stage: decode, "
+    "numbering, rules, rewrite (the response's addresses and rule rewrites), trace (building and queueing "
+    "the events), upstream (waiting for the broker), held (delayed or parked by a rule). Only with --stage-latency.",
+    ["api", "stage"],
+    buckets=STAGE_BUCKETS,
     registry=REGISTRY,
 )
 trace_wait = Counter(

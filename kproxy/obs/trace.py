@@ -1,9 +1,9 @@
 """The trace writer: takes trace events from the proxy and writes them to rotating files.
 
-Threading model. The proxy builds each event as a plain dict (field names from
-kproxy.obs.trace_schema) or, for frames its fast path forwards untouched,
-hands over a tuple `(builder, *args)` that the writer turns into a row in
-schema order later (so the data path does not pay for it), with `offer()`:
+Threading model. The proxy builds each event as a row in schema order
+(kproxy.obs.trace_events) or, for frames its fast path forwards untouched,
+hands over a `PendingRow` that the writer builds later (so the data path
+does not pay for it), with `offer()`:
 a length check and a `deque.append`, well under a microsecond, never the disk.
 
 The writer composes on the proxy's own event loop, in its idle time. A
@@ -61,6 +61,7 @@ import trio
 from trio.testing import wait_all_tasks_blocked
 
 from kproxy.obs import metrics
+from kproxy.obs.trace_events import PendingRow
 from kproxy.obs.trace_io import FileOps
 from kproxy.obs.trace_records import RawLedger, RawPartitions
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
@@ -199,7 +200,7 @@ class TraceWriter:
         self._ops = FileOps(f"trace-files-{proxy_id}")
         self._sink: Sink = SINKS[fmt](self.directory, proxy_id, fmt, rotate_bytes, rotate_seconds, self._ops)
 
-        self._queue: deque[dict | tuple] = deque()
+        self._queue: deque[dict | list | PendingRow] = deque()
         # Past this depth the writer stops waiting for the loop to be idle.
         self._wake_at = max(1, queue_size // 2)
         self._batch: list = []  # composed events waiting for their segment
@@ -240,7 +241,7 @@ class TraceWriter:
 
     # ---- the data path's side ------------------------------------------------
 
-    def offer(self, event: dict | tuple) -> bool:
+    def offer(self, event: dict | list | PendingRow) -> bool:
         """Hand an event over without blocking.
 
         Returns False only when the caller must `await put(event)`: in block
@@ -267,7 +268,7 @@ class TraceWriter:
         if self._idle_scope is not None:
             self._idle_scope.cancel()
 
-    def _offer_slow(self, event: dict | tuple) -> bool:
+    def _offer_slow(self, event: dict | list | PendingRow) -> bool:
         self._check_usable()
         if self._closing:
             self._count_drop(event)
@@ -282,7 +283,7 @@ class TraceWriter:
             return True
         return False
 
-    async def put(self, event: dict | tuple) -> None:
+    async def put(self, event: dict | list | PendingRow) -> None:
         """Wait for room in the queue, then hand the event over (block mode's slow path)."""
         started = trio.current_time()
         try:
@@ -308,10 +309,15 @@ class TraceWriter:
         finally:
             metrics.trace_wait.inc(trio.current_time() - started)
 
-    def _count_drop(self, event: dict | tuple) -> None:
+    def _count_drop(self, event: dict | list | PendingRow) -> None:
         self.dropped += 1
         metrics.trace_events.labels("dropped").inc()
-        raw = event[5] if type(event) is tuple and len(event) > 5 else event.get("partitions") if type(event) is dict else None
+        if type(event) is PendingRow:
+            raw = event.raw
+        elif type(event) is dict:
+            raw = event.get("partitions")
+        else:
+            raw = event[_PARTITIONS]
         if isinstance(raw, RawPartitions):
             raw.drop()
 
@@ -533,9 +539,9 @@ class TraceWriter:
         self.written += n
         metrics.trace_events.labels("written").inc(n)
 
-    def _compose(self, event: dict | tuple) -> list | dict | None:
+    def _compose(self, event: dict | list | PendingRow) -> list | dict | None:
         """One queued event as the sink takes it: built, stamped, its records resolved or stripped."""
-        if type(event) is tuple:
+        if type(event) is PendingRow:
             event = self._build(event)
             if event is None:
                 return None
@@ -579,13 +585,13 @@ class TraceWriter:
             log.exception("records of a trace event not traced: scanning them failed")
             return None
 
-    def _build(self, deferred: tuple) -> dict | list | None:
-        """Build a deferred event: (builder, *args) handed over by the data path."""
+    def _build(self, deferred: PendingRow) -> list | None:
+        """Build an event the data path handed over unbuilt."""
         try:
-            return deferred[0](*deferred[1:])
+            return deferred.build()
         except Exception:  # noqa: BLE001 - one bad event must not stop the writer
             log.exception("trace event dropped: building it failed")
-            raw = deferred[5] if len(deferred) > 5 else None
+            raw = deferred.raw
             if isinstance(raw, RawPartitions):
                 raw._scanned()  # noqa: SLF001 - its bytes are gone with the event
             self.unwritable += 1

@@ -6,6 +6,7 @@ from typing import Literal
 
 from kproxy.faults.actions.fields import Milliseconds
 from kproxy.faults.actions.registry import ActionParams, Draw, register
+from kproxy.pipeline.plans import ResponsePlan, SendLater
 from kproxy.faults.decisions import Delay
 
 
@@ -16,7 +17,8 @@ class DelayParams(ActionParams):
     jitter_ms: Milliseconds = 0
 
 
-@register("delay", DelayParams, directions=("request", "response"), summary="hold the frame ms (+/- jitter_ms), then pass it on")
+@register("delay", DelayParams, directions=("request", "response"), summary="hold the frame ms (+/- jitter_ms), then pass it on",
+          request_plan=lambda d: SendLater(d.seconds), response_plan=lambda d: ResponsePlan(delay_s=d.seconds))
 def build(params: DelayParams, rule_id: str, draw: Draw) -> Delay:
     ms = params.ms
     if params.jitter_ms:

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from kproxy.faults.actions.fields import HoldEvent, Milliseconds
 from kproxy.faults.actions.registry import ActionParams, Draw, register
+from kproxy.pipeline.plans import SendCopies
 from kproxy.faults.decisions import Duplicate
 
 
@@ -20,7 +21,8 @@ class DuplicateParams(ActionParams):
 
 
 @register("duplicate", DuplicateParams, directions=("request",),
-          summary="forward, then send `copies` extra copies spacing_ms apart (responses discarded)")
+          summary="forward, then send `copies` extra copies spacing_ms apart (responses discarded)",
+          request_plan=lambda d: SendCopies(d.copies, d.spacing_s, d.release_on))
 def build(params: DuplicateParams, rule_id: str, draw: Draw) -> Duplicate:
     return Duplicate(rule_id=rule_id, copies=params.copies, spacing_s=params.spacing_ms / 1000,
-                     hold_until=params.hold_until)
+                     release_on=params.hold_until)

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from kproxy.faults.actions.fields import HoldEvent
 from kproxy.faults.actions.registry import ActionParams, Draw, register
+from kproxy.pipeline.plans import Park
 from kproxy.faults.decisions import Hold
 from kproxy.faults.limits import MAX_FAULT_MS
 
@@ -22,7 +23,8 @@ class HoldParams(ActionParams):
 
 
 @register("hold", HoldParams, directions=("request",),
-          summary="keep the request until an event (or timeout_ms), then deliver it late; ghost: after the client hung up")
+          summary="keep the request until an event (or timeout_ms), then deliver it late; ghost: after the client hung up",
+          request_plan=lambda d: Park(d.release_on, d.timeout_s, d.ghost))
 def build(params: HoldParams, rule_id: str, draw: Draw) -> Hold:
     timeout_s = None if params.timeout_ms is None else params.timeout_ms / 1000
-    return Hold(rule_id=rule_id, until=params.until, timeout_s=timeout_s, ghost=params.ghost)
+    return Hold(rule_id=rule_id, release_on=params.until, timeout_s=timeout_s, ghost=params.ghost)

@@ -9,11 +9,12 @@ model), so adding an action is adding one module here and importing it in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from kproxy.faults.decisions import Decision
+from kproxy.pipeline.plans import RequestPlan, ResponsePlan
 
 Direction = str  # "request" | "response"
 Draw = Callable[[], float]  # a seeded float in [0, 1)
@@ -37,18 +38,31 @@ class ActionSpec(Generic[P]):
     # Which side of the exchange a rule with this action may be matched on.
     directions: tuple[Direction, ...]
     summary: str
+    # What the data path does with the bytes when a rule matched a request
+    # (the plan also says what becomes of the response) or a response.
+    request_plan: Callable[[Decision], RequestPlan] | None = None
+    response_plan: Callable[[Decision], ResponsePlan] | None = None
 
 
 ACTIONS: dict[str, ActionSpec] = {}
 
 
 def register(
-    name: str, params: type[P], *, directions: tuple[Direction, ...], summary: str
+    name: str, params: type[P], *, directions: tuple[Direction, ...], summary: str,
+    request_plan: Callable[[Any], RequestPlan] | None = None,
+    response_plan: Callable[[Any], ResponsePlan] | None = None,
 ) -> Callable[[Callable[[P, str, Draw], Decision]], Callable[[P, str, Draw], Decision]]:
+    """Register an action: its parameters, how a matched rule builds its decision, and the
+    plan the data path carries out for it on each side it may match (one per direction)."""
+    if ("request" in directions) != (request_plan is not None) or ("response" in directions) != (
+        response_plan is not None
+    ):
+        raise RuntimeError(f"fault action {name!r} needs a plan for each of its directions {directions}")
+
     def decorator(build: Callable[[P, str, Draw], Decision]) -> Callable[[P, str, Draw], Decision]:
         if name in ACTIONS:
             raise RuntimeError(f"fault action {name!r} registered twice")
-        ACTIONS[name] = ActionSpec(name, params, build, directions, summary)
+        ACTIONS[name] = ActionSpec(name, params, build, directions, summary, request_plan, response_plan)
         return build
 
     return decorator

@@ -8,6 +8,8 @@ from kproxy.faults.actions.fields import KafkaError
 from kproxy.faults.actions.registry import ActionParams, Draw, register
 from kproxy.faults.decisions import ReplaceError
 from kproxy.faults.kafka_errors import resolve_error
+from kproxy.pipeline.plans import ResponsePlan, Send
+from kproxy.protocol.error_responses import replace_error_codes
 
 
 class ReplaceErrorParams(ActionParams):
@@ -16,6 +18,12 @@ class ReplaceErrorParams(ActionParams):
 
 
 @register("replace_error", ReplaceErrorParams, directions=("request", "response"),
-          summary="forward, then replace the response's error code with `error`")
+          summary="forward, then replace the response's error code with `error`",
+          request_plan=lambda d: Send(then=_replaced(d)), response_plan=lambda d: _replaced(d))
 def build(params: ReplaceErrorParams, rule_id: str, draw: Draw) -> ReplaceError:
     return ReplaceError(rule_id=rule_id, error_code=resolve_error(params.error))
+
+
+def _replaced(decision: ReplaceError) -> ResponsePlan:
+    code = decision.error_code
+    return ResponsePlan(transform=lambda response, topic_names: replace_error_codes(response, code))

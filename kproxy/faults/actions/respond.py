@@ -6,6 +6,7 @@ from typing import Literal
 
 from kproxy.faults.actions.fields import KafkaError
 from kproxy.faults.actions.registry import ActionParams, Draw, register
+from kproxy.pipeline.plans import Answer
 from kproxy.faults.decisions import Respond
 from kproxy.faults.kafka_errors import resolve_error
 
@@ -16,6 +17,7 @@ class RespondParams(ActionParams):
 
 
 @register("respond", RespondParams, directions=("request",),
-          summary="answer the client with `error` and do not forward")
+          summary="answer the client with `error` and do not forward",
+          request_plan=lambda d: Answer(d.error_code))
 def build(params: RespondParams, rule_id: str, draw: Draw) -> Respond:
     return Respond(rule_id=rule_id, error_code=resolve_error(params.error))

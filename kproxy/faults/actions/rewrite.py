@@ -16,6 +16,7 @@ from kproxy.faults.actions.registry import ActionParams, Draw, register
 from kproxy.faults.decisions import ControlKind, Rewrite, RewriteField
 from kproxy.faults.kafka_errors import resolve_error
 from kproxy.faults.limits import MAX_COUNT
+from kproxy.pipeline.plans import ResponsePlan, Send
 from kproxy.protocol import response_rewrite as rr
 
 # The error a produce_error_offset_zero rule without `error` answers with.
@@ -68,9 +69,14 @@ class RewriteParams(ActionParams):
 
 
 @register("rewrite", RewriteParams, directions=("request", "response"),
-          summary="forward, then rewrite a Produce or Fetch response (field: which rewrite)")
+          summary="forward, then rewrite a Produce or Fetch response (field: which rewrite)",
+          request_plan=lambda d: Send(then=_rewritten(d)), response_plan=lambda d: _rewritten(d))
 def build(params: RewriteParams, rule_id: str, draw: Draw) -> Rewrite:
     error_code = None if params.error is None else resolve_error(params.error)
     markers = tuple(dict.fromkeys(params.markers)) if params.markers else ("commit", "abort")
     return Rewrite(rule_id=rule_id, field=params.field, error_code=error_code, lag=params.lag or 1,
                    markers=markers, end_marker=bool(params.end_marker))
+
+
+def _rewritten(decision: Rewrite) -> ResponsePlan:
+    return ResponsePlan(transform=lambda response, topic_names: apply_rewrite(decision, response, topic_names))
