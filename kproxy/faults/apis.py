@@ -1,15 +1,14 @@
 """Kafka API names and keys, as rules may spell them.
 
 Rules name APIs the way people write them: `end_txn`, `EndTxn`, `ENDTXN`, or
-by key number. kio's index is the table of record, so a rule can name any API
-the protocol library knows.
+by key number. kproxy.protocol.apis (kio's index) is the table of record, so a
+rule can name any API the protocol library knows.
 """
 
 from __future__ import annotations
 
-from kio.schema.index import api_key_map
+from kproxy.protocol.apis import API_NAMES
 
-API_NAMES: dict[int, str] = dict(api_key_map)
 # Authentication: a rule meets these only if it names them (docs/security.md).
 # A fault here would be an authentication failure, not the Kafka behaviour
 # under test; a rule without `api` (every API) must not lock clients out.
@@ -32,7 +31,3 @@ def resolve_api(spec: str | int) -> int:
     if folded in _BY_FOLDED_NAME:
         return _BY_FOLDED_NAME[folded]
     raise ValueError(f"unknown API name {spec!r} (for example end_txn, EndTxn, produce or a key number)")
-
-
-def api_name(key: int) -> str:
-    return API_NAMES.get(key, f"api_{key}")

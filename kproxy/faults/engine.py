@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kproxy.faults.apis import API_NAMES, UNNAMED_APIS
+from kproxy.faults.apis import UNNAMED_APIS
 from kproxy.faults.consistency import rule_problems
 from kproxy.faults.decisions import FORWARD, Decision
 from kproxy.faults.errors import Problem, RuleFileError
@@ -41,6 +41,7 @@ from kproxy.faults.prng import SplitMix64, stream_seed
 from kproxy.faults.schedule import PhaseAt, phase_at
 from kproxy.faults.view import ExchangeView
 from kproxy.faults.yaml_source import SourceData
+from kproxy.protocol.apis import API_NAMES
 
 DIRECTIONS = ("request", "response")
 DEFAULT_SEED = 0  # without a seed, runs are still reproducible

@@ -1,7 +1,9 @@
-"""Kafka API keys, names and the versions kio can decode.
+"""Kafka API keys, names and the versions kio can decode: the one API table.
 
 Built once at import from kio's generated index, so the proxy's idea of
-"what can be decoded" is exactly what the installed kio ships.
+"what can be decoded" is exactly what the installed kio ships. The ways
+rules spell an API (EndTxn, end_txn, a key number) are read by
+kproxy.faults.apis, against this table.
 """
 
 from __future__ import annotations
@@ -43,20 +45,6 @@ TRANSACTIONAL_APIS = frozenset(
 def api_name(api_key: int) -> str:
     """Name for metrics and traces; unknown keys get a bounded fallback."""
     return API_NAMES.get(api_key, "unknown")
-
-
-def parse_api(value: str | int) -> int:
-    """Accept an API key number, a kio name (end_txn) or Kafka's name (EndTxn)."""
-    if isinstance(value, int):
-        return value
-    text = value.strip()
-    if text.isdigit():
-        return int(text)
-    snake = "".join("_" + c.lower() if c.isupper() else c for c in text).lstrip("_")
-    for candidate in (text, text.lower(), snake):
-        if candidate in API_KEYS:
-            return API_KEYS[candidate]
-    raise ValueError(f"unknown Kafka API {value!r}")
 
 
 def can_decode(api_key: int, api_version: int) -> bool:

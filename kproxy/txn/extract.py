@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from kproxy.protocol.apis import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    END_TXN,
+    INIT_PRODUCER_ID,
+    PRODUCE,
+    TXN_OFFSET_COMMIT,
+)
 from kproxy.txn.events import ResponseUpdate, TopicPartition, TxnRequest
-
-PRODUCE = 0
-INIT_PRODUCER_ID = 22
-ADD_PARTITIONS_TO_TXN = 24
-ADD_OFFSETS_TO_TXN = 25
-END_TXN = 26
-TXN_OFFSET_COMMIT = 28
 
 # Errors that say the request's (producer id, epoch) no longer owns its
 # transactional id: a newer producer took over, or the coordinator moved the

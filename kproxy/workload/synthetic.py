@@ -59,6 +59,7 @@ from pathlib import Path
 import orjson
 
 from kproxy.obs.trace_schema import EVENT, PARTITION, RECORD, SCHEMA_VERSION
+from kproxy.protocol.apis import API_KEYS
 
 TOPIC_PREFIX = "synth"
 PROXY_ID = "synth"
@@ -75,7 +76,8 @@ PROGRESS_EVERY = 10_000  # completed operations between two progress calls
 #: Called with the number of operations completed since the last call.
 Progress = Callable[[int], None]
 
-API = {"produce": (0, 9), "fetch": (1, 12), "end_txn": (26, 3)}
+# The version each API's synthetic exchanges claim, as a client of today sends them.
+SYNTHETIC_VERSIONS = {"produce": 9, "fetch": 12, "end_txn": 3}
 
 # Control record bytes (version 0, type 0 = abort, 1 = commit) as the trace
 # writer encodes bytes that are not UTF-8 text.
@@ -158,7 +160,7 @@ class Trace:
             return
         corr = self._correlation.get(conn, 0)
         self._correlation[conn] = corr + 1
-        api_key, api_version = API[api]
+        api_key, api_version = API_KEYS[api], SYNTHETIC_VERSIONS[api]
         mono = start_ns + TRACE_CLOCK_OFFSET_NS
         # The broker takes most of the exchange; the proxy's own hops the rest.
         latency_ns = max(span_ns * 6 // 10, 2)
