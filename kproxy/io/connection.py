@@ -1,18 +1,18 @@
-"""One client connection: two pumps, in-order responses, lazy inspection.
+"""One client connection: two pumps, in-order responses.
 
 Data path. The request pump cuts the client's byte stream into frames, reads
 each request header (api, version, correlation id, client id) and, unless
 something needs more, forwards the frames exactly as they arrived, several
 per send. The response pump does the same upstream; responses go back in the
 order the requests arrived, whatever order they were delivered in. A large
-response that nothing needs whole (a Fetch of several MiB) goes cut-through:
-its bytes are sent on as they arrive.
+response that nothing needs whole (a Fetch of several MiB) goes cut-through
+(kproxy.io.cut_through), and a large request likewise (kproxy.io.streaming).
 
 Everything beyond headers (address rewriting, the transaction tracker, fault
 rules) is decided by the pipeline (kproxy.pipeline) and carried out by
 kproxy.io.delivery, only for the frames that need it; trace events come from
-kproxy.obs.trace_events. Malformed input closes this connection with a log line and a metric; it
-never reaches the rest of the proxy.
+kproxy.obs.trace_events. Malformed input closes this connection with a log
+line and a metric; it never reaches the rest of the proxy.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from typing import Any
 
 import trio
 
-from kproxy.io import net, relay, tls
+from kproxy.io import cut_through, net, streaming, tls
+from kproxy.io.streaming import STREAM_REQUEST_HEAD_BYTES
 from kproxy.io.errors import ConnectionClosed
 from kproxy.obs import metrics
 from kproxy.pipeline.decode import Undecodable
 from kproxy.pipeline.exchange import Exchange
-from kproxy.protocol import apis, error_scan
+from kproxy.protocol import apis
 from kproxy.protocol.codec import DecodeError, parse_request_header
 from kproxy.protocol.framing import FrameBuffer, FrameError
 from kproxy.protocol.rewrite import Endpoint
@@ -48,57 +49,10 @@ DRAIN_TIMEOUT = 30.0
 CLOSE_TRACE_TIMEOUT = 5.0
 # Responses at least this large (length prefix included) go cut-through when they may.
 CUT_THROUGH_BYTES = 64 * 1024
-# Skipped record bytes at least this many are relayed rather than read into a frame buffer.
-RELAY_MIN_BYTES = 16 * 1024
-# A request streamed to the broker is decided on this many of its first bytes
-# (the header, and for Produce the transactional id and acks behind it).
-STREAM_REQUEST_HEAD_BYTES = 1024
 # First read after a cut-through response: the next response on such a
 # connection is likely large too, and only its head needs to pass through
 # Python (a full-size read would copy up to RECV_BYTES of it in user space).
 AFTER_CUT_RECV_BYTES = 16 * 1024
-
-
-class CutThrough:
-    """A response frame being forwarded as its bytes arrive."""
-
-    __slots__ = ("ex", "size", "remaining", "scan", "chunks")
-
-    def __init__(
-        self, ex: Exchange, size: int, scan: error_scan.FetchErrorScan | None, chunks: list[bytes] | None = None
-    ) -> None:
-        self.ex = ex
-        self.size = size  # whole frame, prefix included
-        self.remaining = size
-        self.scan = scan  # error codes for the trace, read on the way through
-        # Tracing at `records`: every chunk forwarded, kept for the trace
-        # writer, which scans the batches and copies them to its side file.
-        self.chunks = chunks
-
-    def relayable(self) -> int:
-        """Bytes that may be relayed broker -> client unseen now: all the rest,
-        or with a scan, the records it skips (if worth a relay); none when every byte is kept."""
-        if self.chunks is not None:
-            return 0
-        if self.scan is None:
-            return self.remaining
-        skip = min(self.scan.pending_skip, self.remaining)
-        return skip if skip >= RELAY_MIN_BYTES else 0
-
-    def relayed(self, n: int) -> None:
-        self.remaining -= n
-        if self.scan is not None:
-            self.scan.skip(n)
-
-    def recv_size(self) -> int:
-        """With a scan, read a little past what it wants next (a field, a short skip),
-        not up to a full read: the records after it can then be relayed, and the
-        few bytes that end a frame come in one read, not one per field."""
-        scan = self.scan
-        if self.chunks is not None:
-            return min(self.remaining, net.RECV_BYTES)
-        want = (scan.pending_read or scan.pending_skip) if scan is not None else 0
-        return min(self.remaining, max(want, RELAY_MIN_BYTES) if want else net.RECV_BYTES)
 
 
 def _feed(frames: FrameBuffer, data: bytes, sender: str) -> tuple[bytes, list[int]]:
@@ -344,7 +298,7 @@ class ClientConnection:
             ):
                 # Streamed whole: the timeout sweep sees the frame as started until it is through.
                 self.frame_started = self.frame_started or now
-                stream_refused = not await self._stream_request(frames)
+                stream_refused = not await streaming.stream_request(self, frames)
                 if not stream_refused:
                     self.frame_started = None
             # A frame completed in this read: what is left began in this read.
@@ -421,76 +375,6 @@ class ClientConnection:
         if run_start < len(block):
             await self.send_upstream(block[run_start:] if run_start else block)
 
-    # A large request that nothing needs whole (a batched Produce of a plain
-    # producer) goes to the broker as it arrives, its body relayed client ->
-    # broker unseen, instead of being gathered into a frame and copied.
-
-    async def _stream_request(self, frames: FrameBuffer) -> bool:
-        """Stream the incomplete request frame if it may pass untouched; False if it must arrive whole."""
-        head = frames.peek_pending(STREAM_REQUEST_HEAD_BYTES)
-        try:
-            header = parse_request_header(head, 4)
-        except DecodeError:
-            return False  # a header longer than the peek: the whole-frame path reads (or refuses) it
-        routing = self.proxy.pipeline.routing
-        api_key = header.api_key
-        ex = Exchange(api_key, header.api_version, header.correlation_id, header.client_id, trio.current_time())
-        if api_key in routing.slow_request_apis or (
-            api_key == apis.PRODUCE and not routing.produce_is_plain(head, 4, header, ex)
-        ):
-            return False
-        proxy = self.proxy
-        # At level `records` a Produce's batches are traced: it streams all the
-        # same, read into one buffer of its own size that then goes to the
-        # trace writer whole (no gathering and copying first). Over TLS it
-        # arrives whole instead.
-        keep = proxy.trace_records and api_key == apis.PRODUCE
-        if keep and (type(self.client) is tls.TlsSocket or type(self.upstream) is tls.TlsSocket or self.upstream is None):
-            return False
-        counter = proxy.request_frame_counters.get(api_key) or proxy.request_counter(api_key)
-        counter.inc()
-        size = frames.pending_frame_size
-        if ex.expects_response:
-            self.order.append(ex)
-            self.in_flight[header.correlation_id] = ex
-        ex.sent = ex.arrived
-        if proxy.trace is not None and not keep:
-            await proxy.emit_trace(proxy.events.fast_request(self, ex, size - 4))
-        head_bytes = frames.take_pending()
-        # The upstream lock is held from the first byte to the last: nothing
-        # else (a delayed or duplicated request) may land inside this frame.
-        lock = self.upstream_lock
-        await lock.acquire()
-        try:
-            await self._send_upstream_locked(head_bytes)
-            rest = size - len(head_bytes)
-            try:
-                if keep:
-                    frame = bytearray(size)
-                    frame[: len(head_bytes)] = head_bytes
-
-                    async def traced() -> None:
-                        await proxy.emit_trace(proxy.events.fast_request(self, ex, size - 4, frame, header))
-
-                    await relay.forward_into_locked(self.client, self.upstream, memoryview(frame)[len(head_bytes) :], traced)
-                else:
-                    await relay.forward_locked(self.client, self.upstream, rest)
-            except EOFError:
-                metrics.protocol_errors.labels("truncated_frame").inc()
-                raise ConnectionClosed(
-                    "truncated_frame", f"client closed the connection inside a {size}-byte request"
-                ) from None
-            except relay.SourceFailed as exc:
-                raise ConnectionClosed("client_closed", f"client read failed: {exc}") from None
-            except relay.SinkFailed as exc:
-                raise ConnectionClosed(
-                    "upstream_closed", f"broker {self.upstream_endpoint} connection failed while sending: {exc}"
-                ) from None
-            _REQUEST_BYTES.inc(rest)
-        finally:
-            lock.release()
-        return True
-
     async def _client_eof(self) -> None:
         """The client closed its side: finish answering, then close (half-close)."""
         if self.upstream is not None:
@@ -519,11 +403,11 @@ class ClientConnection:
         else:
             lock.acquire_nowait()
         try:
-            await self._send_upstream_locked(data)
+            await self.send_upstream_locked(data)
         finally:
             lock.release()
 
-    async def _send_upstream_locked(self, data: bytes) -> None:
+    async def send_upstream_locked(self, data: bytes) -> None:
         sock = self.upstream
         if sock is None:
             return
@@ -540,15 +424,15 @@ class ClientConnection:
         assert self.upstream is not None
         frames = FrameBuffer(self.proxy.config.max_frame_bytes)
         upstream = net.reader(self.upstream)
-        cut: CutThrough | None = None
+        cut: cut_through.CutThrough | None = None
         recv_size = net.RECV_BYTES
         while True:
             if cut is not None:
                 n = cut.relayable()
                 if n:
-                    await self._cut_relay(cut, n)
+                    await cut_through.relay_part(self, cut, n)
                     if not cut.remaining:
-                        await self._cut_finish(cut)
+                        await cut_through.finish(self, cut)
                         cut = None
                         recv_size = AFTER_CUT_RECV_BYTES
                     continue
@@ -556,8 +440,8 @@ class ClientConnection:
             cut, recv_size = await self._pump_one_read(frames, upstream, cut, recv_size)
 
     async def _pump_one_read(
-        self, frames: FrameBuffer, upstream: net.Reader, cut: CutThrough | None, recv_size: int
-    ) -> tuple[CutThrough | None, int]:
+        self, frames: FrameBuffer, upstream: net.Reader, cut: cut_through.CutThrough | None, recv_size: int
+    ) -> tuple[cut_through.CutThrough | None, int]:
         """One recv from the broker, forwarded; returns the frame now cut-through (if any) and the next recv size."""
         try:
             data = await upstream.recv(recv_size)
@@ -571,21 +455,21 @@ class ClientConnection:
         if cut is not None:
             remaining = cut.remaining
             if len(data) <= remaining:
-                await self._cut_forward(cut, data)
+                await cut_through.forward(self, cut, data)
                 if cut.remaining:
                     return cut, recv_size
                 data = b""
             else:
-                await self._cut_forward(cut, memoryview(data)[:remaining])
+                await cut_through.forward(self, cut, memoryview(data)[:remaining])
                 data = data[remaining:]
-            await self._cut_finish(cut)
+            await cut_through.finish(self, cut)
             if not data:
                 return None, AFTER_CUT_RECV_BYTES
         block, offsets = _feed(frames, data, "broker")
         if offsets:
             await self._answer_frames(block, offsets)
         if frames.pending_frame_size >= CUT_THROUGH_BYTES and frames.pending >= 8:
-            return await self._cut_start(frames), net.RECV_BYTES
+            return await cut_through.start(self, frames), net.RECV_BYTES
         return None, net.RECV_BYTES
 
     async def _answer_frames(self, block: bytes, offsets: list[int]) -> None:
@@ -641,84 +525,6 @@ class ClientConnection:
                 self.drained.set()
         else:
             await self.flush_responses()
-
-    # A large response on the fast path goes to the client as its bytes
-    # arrive instead of after the whole frame: a multi-MiB Fetch response is
-    # then never copied whole, and the client reads it while the broker is
-    # still sending (store-and-forward would add a full transfer time).
-
-    async def _cut_start(self, frames: FrameBuffer) -> CutThrough | None:
-        """Start forwarding the incomplete frame cut-through, if nothing needs it whole."""
-        order = self.order
-        corr = _I32.unpack(frames.peek_pending(8)[4:])[0]
-        ex = self.in_flight.get(corr)
-        if ex is None or ex.header is not None or not order or order[0] is not ex:
-            return None  # inspected, unknown, or behind an unanswered request: wait for it whole
-        proxy = self.proxy
-        min_version = proxy.pipeline.routing.inspect_responses_from.get(ex.api_key)
-        if min_version is not None and ex.api_version >= min_version:
-            return None
-        scan = None
-        chunks = None
-        if proxy.trace is not None:
-            if ex.api_key != apis.FETCH or not error_scan.scannable(ex.api_version):
-                return None  # the trace needs its error codes from the whole frame
-            if proxy.trace_records:
-                chunks = []  # still streamed; the writer scans the kept chunks
-            else:
-                scan = error_scan.FetchErrorScan(ex.api_version)
-        del self.in_flight[corr]
-        counter = proxy.response_frame_counters.get(ex.api_key) or proxy.response_counter(ex.api_key)
-        counter.inc()
-        cut = CutThrough(ex, frames.pending_frame_size, scan, chunks)
-        await self._cut_forward(cut, frames.take_pending())
-        return cut
-
-    async def _cut_relay(self, cut: CutThrough, n: int) -> None:
-        """Move n bytes of the frame broker -> client without looking at them."""
-        assert self.upstream is not None
-        try:
-            await relay.forward(self.upstream, self.client, n, self.client_lock)
-        except EOFError:
-            raise ConnectionClosed(
-                "upstream_closed", f"broker {self.upstream_endpoint} closed the connection inside a response"
-            ) from None
-        except relay.SourceFailed as exc:
-            raise ConnectionClosed(
-                "upstream_closed", f"broker {self.upstream_endpoint} connection failed: {exc}"
-            ) from None
-        except relay.SinkFailed as exc:
-            raise ConnectionClosed("client_closed", f"client connection failed while sending: {exc}") from None
-        _RESPONSE_BYTES.inc(n)
-        cut.relayed(n)
-
-    async def _cut_forward(self, cut: CutThrough, data: bytes | memoryview) -> None:
-        cut.remaining -= len(data)
-        if cut.scan is not None:
-            cut.scan.feed(data)
-        elif cut.chunks is not None:
-            cut.chunks.append(data if type(data) is bytes else bytes(data))
-        await self.send_client(data)
-
-    async def _cut_finish(self, cut: CutThrough) -> None:
-        ex = cut.ex
-        now = trio.current_time()
-        proxy = self.proxy
-        ex.response_frame = b""  # already with the client
-        order = self.order
-        if order and order[0] is ex:
-            order.popleft()
-        hist = proxy.client_latency_histograms.get(ex.api_key) or proxy.latency_histogram(ex.api_key)
-        hist.observe(now - ex.arrived)
-        if cut.scan is not None:
-            await proxy.emit_trace(proxy.events.fast_response(self, ex, None, now, size=cut.size - 4, codes=cut.scan.codes))
-        elif cut.chunks is not None:
-            await proxy.emit_trace(proxy.events.fast_response(self, ex, None, now, size=cut.size - 4, chunks=cut.chunks))
-        if order:
-            if order[0].response_frame is not None:
-                await self.flush_responses()
-        else:
-            self.drained.set()
 
     async def flush_responses(self) -> None:
         """Send every response that is ready, in request order."""
