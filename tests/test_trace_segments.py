@@ -102,6 +102,7 @@ def test_a_segment_file_of_a_newer_schema_is_refused_by_every_reader(tmp_path: P
     from click.testing import CliRunner
 
     from kproxy.cli import main
+    from kproxy.obs.trace_files import check_file_version
     from kproxy.obs.trace_schema import READABLE_VERSIONS
     from kproxy.obs.trace_segments import (
         _SEGMENT_HEAD, COLUMNS, SegmentError, file_header, read_segment_cells, segment_index)
@@ -121,6 +122,8 @@ def test_a_segment_file_of_a_newer_schema_is_refused_by_every_reader(tmp_path: P
         segment_index(path)
     with pytest.raises(SegmentError, match=refused):
         read_segment_cells(path, len(header) + _SEGMENT_HEAD.size, len(segment) - _SEGMENT_HEAD.size)
+    with pytest.raises(TraceFileError, match=refused):
+        check_file_version(path)
     result = CliRunner().invoke(main, ["trace", "export", str(path)])
     assert result.exit_code == 1 and f"trace schema version {newer} is not one this kproxy reads" in result.output
 

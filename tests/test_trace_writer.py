@@ -475,6 +475,35 @@ def test_reader_refuses_jsonl_and_parquet_events_of_a_newer_schema(tmp_path: Pat
         list(iter_trace_events(parquet.parent))
 
 
+def test_a_files_version_is_checked_without_reading_its_events(tmp_path: Path) -> None:
+    """check_file_version: for a reader that parses the events itself (the analysis's Spark readers)."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kproxy.obs.trace_files import check_file_version
+    from kproxy.obs.trace_schema import READABLE_VERSIONS, arrow_schema
+
+    newer = max(READABLE_VERSIONS) + 1
+    lines = {version: b"".join(orjson.dumps(header_event(i, schema_version=version)) + b"\n" for i in range(3))
+             for version in (SCHEMA_VERSION, newer)}
+    for version, name in ((SCHEMA_VERSION, "now.jsonl"), (newer, "newer.jsonl")):
+        (tmp_path / name).write_bytes(lines[version])
+        (tmp_path / (name + ".gz")).write_bytes(gzip.compress(lines[version]))
+    for version, name in ((SCHEMA_VERSION, "now.parquet"), (newer, "newer.parquet")):
+        rows = [{n: header_event(i, schema_version=version).get(n) for n in FIELD_NAMES} for i in range(3)]
+        pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema()), tmp_path / name)
+    (tmp_path / "torn.jsonl").write_bytes(b'{"schema_version":' + str(newer).encode())  # no complete event yet
+
+    for name in ("now.jsonl", "now.jsonl.gz", "now.parquet", "torn.jsonl"):
+        check_file_version(tmp_path / name)
+    for name, where in (("newer.jsonl", "newer.jsonl:1"), ("newer.jsonl.gz", "newer.jsonl.gz:1"),
+                        ("newer.parquet", "newer.parquet")):
+        with pytest.raises(TraceFileError, match=unreadable_message(where, newer)):
+            check_file_version(tmp_path / name)
+
+
 def test_files_sort_by_proxy_then_sequence(tmp_path: Path) -> None:
     names = [
         trace_file_name("b", 100, 0, "jsonl"),

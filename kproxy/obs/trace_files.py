@@ -139,6 +139,51 @@ def iter_file_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
     return iter_jsonl_events(path)
 
 
+def check_file_version(path: Path | str) -> None:
+    """Raise TraceFileError if the trace file at `path` was written under a schema version this kproxy
+    does not read; read nothing else.
+
+    For a reader that parses the events itself (the analysis reads JSON Lines
+    and Parquet with Spark): a writer writes one version per file, so a JSON
+    Lines file's first event speaks for it; a Parquet file's version column
+    is read alone; a segment file's header holds its version. A file that
+    holds no event yet passes.
+    """
+    path = Path(path)
+    if path.suffix == ".events":
+        from kproxy.obs.trace_segments import SegmentError, segment_index
+
+        try:
+            segment_index(path)
+        except SegmentError as exc:
+            raise TraceFileError(str(exc)) from exc
+        return
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            versions = pq.read_table(path, columns=["schema_version"]).column(0).unique().to_pylist()
+        except (pa.ArrowInvalid, OSError, KeyError):
+            return  # unreadable (no footer yet) or without versions: the reader reports what it finds
+        for version in versions:
+            _check_version(version, str(path))
+        return
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            first = f.readline()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFileError(f"{path}: not a readable trace: {exc}") from exc
+    if first.endswith(b"\n"):
+        try:
+            event = orjson.loads(first)
+        except orjson.JSONDecodeError as exc:
+            raise TraceFileError(f"{path}:1: not a JSON trace event: {exc}") from exc
+        if type(event) is dict:
+            _check_version(event.get("schema_version"), f"{path}:1")
+
+
 def iter_events_file(path: Path) -> Iterator[dict]:
     """Events of one segment file, up to its last complete segment."""
     from kproxy.obs.trace_segments import SegmentError, iter_segment_events
