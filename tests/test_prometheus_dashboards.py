@@ -124,7 +124,7 @@ def scraped_run(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory
                 prometheus_server: Callable[..., PrometheusServer]) -> Iterator[ScrapedRun]:
     workdir = tmp_path_factory.mktemp("dashboards-live")
     proxy = start_proxy(
-        broker.bootstrap, "--rules", str(DEMO_RULES), "--seed", "7", "--traces", str(workdir / "traces"),
+        broker.bootstrap, "--rules", str(DEMO_RULES), "--seed", "7", "--traces", str(workdir / "traces"), "--stage-latency",
         log_path=workdir / "kproxy.log",
     )
     try:

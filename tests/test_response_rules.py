@@ -54,3 +54,21 @@ def test_response_side_disconnect_loses_the_ack_after_the_write(proxy_factory, t
             break
     consumer.close()
     assert seen == [b"x", b"x"], "the first write landed before its connection was cut"
+
+
+def test_a_rewrite_that_does_not_fit_the_answer_passes_it_on_and_keeps_the_connection(
+    proxy_factory, tmp_path, topic_name
+) -> None:
+    # No `match`: the Fetch-only rewrite also meets ApiVersions, Metadata and Produce answers.
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\nrules:\n  - id: misfit\n    action: {type: rewrite, field: fetch_drop_records}\n")
+    proxy = proxy_factory("--rules", str(rules))
+    create_topic(proxy.bootstrap, topic_name)
+    producer = Producer({"bootstrap.servers": proxy.bootstrap, "acks": 1})
+    for i in range(5):
+        producer.produce(topic_name, value=b"%d" % i)
+    assert producer.flush(20) == 0, "the misfit rule cost the client its connection"
+
+    assert metric_value(proxy, "kproxy_fault_failures_total", rule="misfit", action="rewrite") >= 1
+    assert metric_value(proxy, "kproxy_connections_closed_total", side="client", reason="error") == 0
+    assert proxy.log_text().count("rule 'misfit' could not rewrite") == 1  # logged once per rule
