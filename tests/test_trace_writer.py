@@ -15,9 +15,12 @@ import trio
 
 from kproxy.obs import metrics
 from kproxy.obs.trace import TraceWriter, trace_file_name
+from kproxy.obs.trace_events import PendingRow
 from kproxy.obs.trace_files import TraceFileError, iter_trace_events, trace_files
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
 from kproxy.obs.trace_segments import SegmentFile
+from kproxy.pipeline.exchange import Exchange
+from kproxy.protocol import apis
 
 
 def trace_events_total(outcome: str) -> float:
@@ -188,18 +191,26 @@ async def test_deferred_events_are_built_after_offer_returns_in_order(tmp_path: 
     built: list[int] = []
     offered: list[int] = []
 
-    def build(i: int) -> dict:
-        built.append(i)
-        return header_event(i)
+    class Conn:
+        client_addr, node_id = "127.0.0.1:1", 1
 
-    def broken(i: int) -> dict:
-        raise KeyError(i)
+        def __init__(self, i: int) -> None:
+            self.i = i
+
+        @property
+        def conn_id(self) -> int:  # read when the row is built
+            built.append(self.i)
+            return self.i
+
+    def pending(i: int, broken: bool = False) -> PendingRow:
+        ex = None if broken else Exchange(apis.METADATA, 12, i, "c", 0.0)
+        return PendingRow(Conn(i), ex, "request", 10, None, None, 0.0, 1.7e9, i, "lazy")
 
     dropped_before = trace_events_total("dropped")
     writer = TraceWriter(tmp_path, proxy_id="lazy")
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.run)
-        for event in [(build, 0), header_event(1), (broken, 2), (build, 3)]:
+        for event in [pending(0), header_event(1), pending(2, broken=True), pending(3)]:
             assert writer.offer(event)
             offered.append(len(built))
         await writer.aclose()

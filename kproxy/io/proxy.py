@@ -18,8 +18,6 @@ from typing import Any
 
 import trio
 
-from kio.schema.errors import ErrorCode
-
 from kproxy.faults.engine import CompiledRuleFile, FaultEngine
 from kproxy.faults.model import RuleFile
 from kproxy.io import net, readiness
@@ -32,6 +30,7 @@ from kproxy.obs.trace_events import TraceEvents
 from kproxy.pipeline.path import Pipeline
 from kproxy.pipeline.timing import StageTimer
 from kproxy.protocol import apis
+from kproxy.protocol.errors import ERROR_NAMES
 from kproxy.protocol.codec import decode_response, encode_request
 from kproxy.protocol.framing import FrameBuffer
 from kproxy.protocol.rewrite import STREAMING_VERSION_CAPS, AddressMap, Endpoint
@@ -80,13 +79,6 @@ class AcceptFailures:
     def succeeded(self) -> None:
         # The log interval runs on: a listener that flaps at its limit still logs once per interval.
         self.backoff = ACCEPT_BACKOFF_SECONDS[0]
-
-
-def _error_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return "unknown"
 
 
 class Proxy:
@@ -170,7 +162,9 @@ class Proxy:
     def count_error(self, api_key: int, code: int) -> None:
         counter = self._error_counters.get((api_key, code))
         if counter is None:
-            counter = metrics.response_errors.labels(apis.api_name(api_key), _error_name(code))
+            # Label values are bounded by Kafka's error table: a code it does not know is `unknown`.
+            name = ERROR_NAMES.get(code, "UNKNOWN").lower()
+            counter = metrics.response_errors.labels(apis.api_name(api_key), name)
             self._error_counters[(api_key, code)] = counter
         counter.inc()
 

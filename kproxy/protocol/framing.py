@@ -8,7 +8,6 @@ reason that names what was wrong; the caller closes that connection.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 
