@@ -28,7 +28,7 @@ from kproxy.pipeline.path import Pipeline
 from kproxy.pipeline.timing import StageTimer
 from kproxy.protocol import apis
 from kproxy.protocol.codec import encode_request, encode_response, parse_request_header
-from kproxy.protocol.rewrite import AddressMap
+from kproxy.protocol.broker_addresses import AddressMap
 from kproxy.txn.tracker import TxnTracker
 
 NO_TIME = i32Timedelta.parse(timedelta(0))

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kproxy.io.admin import admin_app
 from kproxy.io.config import ProxyConfig
 from kproxy.io.proxy import Proxy
-from kproxy.protocol.rewrite import Endpoint
+from kproxy.protocol.broker_addresses import Endpoint
 
 TOKEN = "fuzz-token-0123456789abcdef"
 ADMIN = "127.0.0.1:19080"

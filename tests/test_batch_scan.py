@@ -18,7 +18,7 @@ from kproxy.protocol.codec import encode_request, encode_response, parse_request
 from kproxy.protocol.produce_peek import body_start
 from kproxy.protocol.records import encode_batch, make_batch, make_control_batch
 from tests.test_record_views import produce_request, records_at
-from tests.test_response_rewrite import TOPIC_NAMES, fetch_response, produce_response
+from tests.test_response_faults import TOPIC_NAMES, fetch_response, produce_response
 
 V2_FIELDS = ("topic", "partition", "error_code", "base_offset", "high_watermark", "last_stable_offset",
              "log_start_offset", "aborted_transactions", "compression", "records")

@@ -27,7 +27,7 @@ from tests.fixtures.broker import create_topic
 from tests.fixtures.proxy import SILENT_UPSTREAM
 from tests.fixtures.scripted import ScriptedUpstream
 from tests.test_proxy_bad_input import raw_connect, request_frame
-from tests.test_response_rewrite import fetch_response
+from tests.test_response_faults import fetch_response
 
 
 class HalfThenRestBroker(ScriptedUpstream):

@@ -56,7 +56,7 @@ def test_scan_finds_the_error_codes_a_decode_finds(version: int, data: st.DataOb
 
 @pytest.mark.parametrize("version", [4, 11, 12, 16])
 def test_every_byte_boundary(version: int) -> None:
-    from tests.test_response_rewrite import fetch_response
+    from tests.test_response_faults import fetch_response
 
     value = fetch_response(
         version,
@@ -105,7 +105,7 @@ def test_produce_scan_finds_the_error_codes_a_decode_finds(version: int, data: s
 
 @pytest.mark.parametrize("version", [3, 8, 9, 13])
 def test_a_truncated_produce_response_is_not_guessed(version: int) -> None:
-    from tests.test_response_rewrite import produce_response
+    from tests.test_response_faults import produce_response
 
     frame = encode_response(produce_response(version, {"orders": [(0, 6, 5), (1, 0, 9)]}), 3)
     assert produce_error_codes(version, frame) == [6]
@@ -118,7 +118,7 @@ def test_a_truncated_produce_response_is_not_guessed(version: int) -> None:
 @pytest.mark.parametrize("version", [4, 12, 16])
 def test_skipping_records_unseen_gives_the_same_codes(version: int) -> None:
     """The proxy splices a pending skip past the scanner; the codes must not change."""
-    from tests.test_response_rewrite import fetch_response
+    from tests.test_response_faults import fetch_response
 
     value = fetch_response(
         version,

@@ -10,7 +10,7 @@ import pytest
 
 from kproxy.faults.loader import RuleFileError, load_rule_text
 from kproxy.protocol.records import control_type_of, decode_batches, encode_batch, make_batch, Record
-from kproxy.protocol.response_rewrite import (
+from kproxy.protocol.response_faults import (
     NO_OP_CONTROL_TYPE,
     aborted_batch_starts,
     fetch_hide_aborted,
@@ -18,7 +18,7 @@ from kproxy.protocol.response_rewrite import (
     hide_aborted,
     without_middle_batch,
 )
-from tests.test_response_rewrite import FETCH_VERSIONS, data_batch, fetch_response, marker, partitions_of, wire_round_trip
+from tests.test_response_faults import FETCH_VERSIONS, data_batch, fetch_response, marker, partitions_of, wire_round_trip
 
 
 def plain_batch(offset: int, n: int):

@@ -23,7 +23,7 @@ from kproxy.protocol.framing import FrameBuffer
 from tests.fixtures.scripted import ScriptedUpstream
 from tests.test_cut_through import read_exactly
 from tests.test_proxy_bad_input import raw_connect, request_frame
-from tests.test_response_rewrite import produce_response
+from tests.test_response_faults import produce_response
 
 NODE_ID = 7
 # Produce v10 body: null transactional id, acks=-1, timeout, no topics, no tagged fields.

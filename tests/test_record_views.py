@@ -24,7 +24,7 @@ from kproxy.protocol.record_views import (
 from kproxy.protocol.records import Record, encode_batch, make_batch, make_control_batch
 from tests.fixtures.broker import create_topic
 from tests.test_compression_clients import kafka_call
-from tests.test_response_rewrite import TOPIC_IDS, TOPIC_NAMES, build, fetch_response, produce_response, topic_fields
+from tests.test_response_faults import TOPIC_IDS, TOPIC_NAMES, build, fetch_response, produce_response, topic_fields
 
 PARTITION_KEYS = {f.name for f in PARTITION}
 RECORD_KEYS = {f.name for f in RECORD}

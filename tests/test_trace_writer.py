@@ -625,7 +625,7 @@ def _fetch_event(i: int, version: int = 12, size: int = 20_000, fill: int | None
     """A records-level Fetch response event whose frame (one 20 KiB batch) waits in the queue until scanned."""
     from kproxy.protocol.codec import encode_response
     from kproxy.protocol.records import Record, encode_batch, make_batch
-    from tests.test_response_rewrite import fetch_response
+    from tests.test_response_faults import fetch_response
 
     batch = encode_batch(make_batch([Record(offset=i, timestamp=1, key=None, value=bytes([(i if fill is None else fill) % 256]) * size)]))
     frame = encode_response(fetch_response(version, {"orders": [{"partition_index": 0, "high_watermark": i + 1,
@@ -700,7 +700,7 @@ async def test_a_fetch_cut_at_the_fetch_size_is_told_apart_by_its_tail(tmp_path:
     from kproxy.obs.trace_records import DEDUPE_MIN_BYTES, FetchResponseRecords
     from kproxy.protocol.codec import encode_response
     from kproxy.protocol.records import Record, encode_batch, make_batch
-    from tests.test_response_rewrite import fetch_response
+    from tests.test_response_faults import fetch_response
 
     whole = encode_batch(make_batch([Record(offset=5, timestamp=1, key=None, value=b"\x01" * DEDUPE_MIN_BYTES)]))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kproxy.io.tls import UpstreamTls
 from kproxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
-from kproxy.protocol.rewrite import Endpoint
+from kproxy.protocol.broker_addresses import Endpoint
 
 
 def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:

@@ -35,7 +35,7 @@ from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
 from kproxy.protocol.codec import DecodeError, parse_request_header
 from kproxy.protocol.framing import FrameBuffer, FrameError
-from kproxy.protocol.rewrite import Endpoint
+from kproxy.protocol.broker_addresses import Endpoint
 
 log = logging.getLogger("kproxy.conn")
 

@@ -20,7 +20,7 @@ from kproxy.io import net
 from kproxy.io.tls import TlsSocket, UpstreamTls
 from kproxy.obs import metrics
 from kproxy.protocol.framing import FrameBuffer, FrameError
-from kproxy.protocol.rewrite import Endpoint
+from kproxy.protocol.broker_addresses import Endpoint
 
 log = logging.getLogger("kproxy.ghost")
 

@@ -33,7 +33,7 @@ from kproxy.protocol import apis
 from kproxy.protocol.errors import ERROR_NAMES
 from kproxy.protocol.codec import decode_response, encode_request
 from kproxy.protocol.framing import FrameBuffer
-from kproxy.protocol.rewrite import STREAMING_VERSION_CAPS, AddressMap, Endpoint
+from kproxy.protocol.broker_addresses import STREAMING_VERSION_CAPS, AddressMap, Endpoint
 from kproxy.txn.tracker import TxnTracker
 
 log = logging.getLogger("kproxy.proxy")

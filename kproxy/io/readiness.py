@@ -22,7 +22,7 @@ import trio
 from kproxy.io import net
 from kproxy.io.tls import TlsHandshakeError, UpstreamTls
 from kproxy.protocol.codec import encode_request
-from kproxy.protocol.rewrite import Endpoint
+from kproxy.protocol.broker_addresses import Endpoint
 
 # How long a broker may take to accept a TCP connection, and (TLS) to finish the
 # handshake and answer ApiVersions: a handshake costs round trips and CPU on both sides.

@@ -21,7 +21,7 @@ from kproxy.pipeline.holds import HoldBook, Parked
 from kproxy.pipeline.plans import ResponsePlan, Side
 from kproxy.protocol import apis
 from kproxy.protocol.codec import encode_response, error_codes
-from kproxy.protocol.rewrite import AddressMap
+from kproxy.protocol.broker_addresses import AddressMap
 
 log = logging.getLogger("kproxy.pipeline")
 

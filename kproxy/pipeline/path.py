@@ -15,7 +15,7 @@ from kproxy.pipeline.routing import Routing
 from kproxy.pipeline.rules import request_plan, response_plan
 from kproxy.pipeline.timing import StageTimer
 from kproxy.protocol import apis
-from kproxy.protocol.rewrite import AddressMap
+from kproxy.protocol.broker_addresses import AddressMap
 from kproxy.txn.events import Hazard
 from kproxy.txn.tracker import TxnTracker
 

@@ -1,6 +1,6 @@
 """rewrite: forward, then change the response (one named field of a Produce or Fetch response).
 
-Each field is one rewrite of kproxy.protocol.response_rewrite, listed once
+Each field is one rewrite of kproxy.protocol.response_faults, listed once
 in REWRITES; a parameter is accepted only by the fields it applies to.
 """
 
@@ -17,7 +17,7 @@ from kproxy.faults.decisions import ControlKind, Rewrite, RewriteField
 from kproxy.faults.kafka_errors import resolve_error
 from kproxy.faults.limits import MAX_COUNT
 from kproxy.pipeline.plans import ResponsePlan, Send
-from kproxy.protocol import response_rewrite as rr
+from kproxy.protocol import response_faults as rr
 
 # The error a produce_error_offset_zero rule without `error` answers with.
 NOT_LEADER_OR_FOLLOWER = 6

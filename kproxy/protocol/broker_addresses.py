@@ -1,4 +1,4 @@
-"""Address rewriting and ApiVersions capping, sans-IO.
+"""Broker addresses: rewriting every response that names a broker, and capping ApiVersions, sans-IO.
 
 Every response that names a broker is rewritten so clients only ever learn
 proxy listeners. The port scheme is deterministic: the listener for broker

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from kproxy.protocol import apis
 from kproxy.protocol.codec import decode_response, encode_response
-from kproxy.protocol.rewrite import (
+from kproxy.protocol.broker_addresses import (
     LEADER_HINT_MIN_VERSION,
     AddressMap,
     Endpoint,

@@ -20,7 +20,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from kproxy.protocol.records import Record, RecordBatch, decode_batches, encode_batch, make_batch, make_control_batch
-from kproxy.protocol.response_rewrite import (
+from kproxy.protocol.response_faults import (
     fetch_drop_aborted_transactions,
     fetch_drop_control_batches,
     fetch_drop_records,
