@@ -1,15 +1,18 @@
 """What caused each case: a rule, the broker, the client, or nothing found.
 
 Runs on the driver over the collected cases and the wire's per-value facts
-(kproxy_spark.wire.value_facts). Every case of a class that can make a history
-invalid gets one ``cause``; the informational wire tables get one when a rule
-stands behind them. A cause names a rule only when the trace shows the
+(kproxy_spark.wire.facts.value_facts). Every case of a class that can make a
+history invalid gets one ``cause``; the informational wire tables get one
+when a rule stands behind them. A cause names a rule only when the trace shows the
 rule's action on the case's causal path: the EndTxn or Produce it held,
 copied or delayed decided the value's fate, or the Fetch response it
 rewrote is what served or hid the value (the broker's own response, traced
 beside the rewritten one, would not have). What the broker's own responses
 did is diagnosed from the protocol's definitions (docs/analysis.md,
-"Causes"). The client's part comes from the history (kproxy_spark.checks.causes).
+"Causes"; kproxy_spark.wire.diagnoses, one row each). Which wire checks
+name their cause in their `rules` and which are a broker diagnosis comes
+from kproxy_spark.wire.registry. The client's part comes from the history
+(kproxy_spark.checks.causes).
 
 ``cause`` is a dict: by (rule | broker | client | unexplained), name (the
 fact or diagnosis), rule (when by is rule), at (where on the wire), text.
@@ -25,10 +28,18 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-RULE, BROKER, CLIENT, UNEXPLAINED = "rule", "broker", "client", "unexplained"
+from kproxy_spark.wire.diagnoses import DIAGNOSES
+from kproxy_spark.wire.diagnoses import MISSED as DIAGNOSED_MISSED
+from kproxy_spark.wire.diagnoses import SERVED as DIAGNOSED_SERVED
+from kproxy_spark.wire.phrases import error as _error_name
+from kproxy_spark.wire.registry import (
+    BROKER_DIAGNOSES,
+    BY_RULES_CHECKS,
+    DIAGNOSED,
+    RULE_ONLY,
+)
 
-#: Broker diagnoses: a read_committed Fetch response that broke the protocol.
-BROKER_DIAGNOSES = ("aborted-txn-not-listed", "stale-aborted-entry", "past-last-stable-offset", "records-left-out")
+RULE, BROKER, CLIENT, UNEXPLAINED = "rule", "broker", "client", "unexplained"
 
 # What can explain a client reading a value it should not have (its send
 # failed or aborted): the fact, and the value's fate it needs on the wire.
@@ -36,33 +47,19 @@ SERVED_WRONGLY = (
     ("stale-end-txn", "committed"),  # a stale EndTxn(commit) committed it
     ("late-produce", "committed"),  # a late copy landed in a later, committed transaction
     ("cut-off-by-stale-end-txn", "committed"),  # cut off from its aborted transaction, a later commit took it
-    ("aborted-txn-not-listed", None),  # served as aborted records nothing told the client to drop
-    ("past-last-stable-offset", None),
+    # served as aborted records nothing told the client to drop, or past the LSO
+    *((d.name, None) for d in DIAGNOSES if d.explains == DIAGNOSED_SERVED),
 )
 # What can explain committed values no client read.
 MISSED = (
     ("stale-end-txn", "aborted"),  # a stale EndTxn(abort) aborted a transaction the client committed
     ("cut-off-by-stale-end-txn", "aborted"),  # cut off from its committed transaction, a later abort took it
     ("removed-by-rule", None),
-    ("stale-aborted-entry", None),  # the client dropped it by an aborted entry that did not apply
-    ("records-left-out", None),  # a response skipped it among records it served
+    # dropped by an aborted entry that did not apply, or skipped among records served
+    *((d.name, None) for d in DIAGNOSES if d.explains == DIAGNOSED_MISSED),
 )
 # What can explain a value in the log twice.
 DOUBLED = (("copy-landed", None), ("late-produce", None))
-
-#: The wire tables whose cases are the broker's own unless a rule's rewrite made them.
-WIRE_DIAGNOSIS = {
-    "broker-aborted-read": "aborted-txn-not-listed",
-    "stale-aborted-entry": "stale-aborted-entry",
-    "past-lso-read": "past-last-stable-offset",
-    "left-out-records": "records-left-out",
-}
-#: Wire tables whose `rules` list is already causal (the stale EndTxn, the
-#: late or erroring Produce a rule acted on).
-WIRE_BY_RULES = ("torn-transaction", "client-outcome-mismatch", "spurious-offset", "ambiguous-error",
-                 "stale-end-txn", "late-produce")
-#: Informational classes: a cause only when a rule stands behind them.
-RULE_ONLY = frozenset({"stale-end-txn", "late-produce", "ambiguous-error"})
 
 _FACT_TEXT = {
     "stale-end-txn": "a stale EndTxn decided its transaction",
@@ -71,12 +68,7 @@ _FACT_TEXT = {
     "removed-by-rule": "it was taken out of a Fetch response",
     "cut-off-by-stale-end-txn": "a stale EndTxn ended its transaction on the broker before it arrived, and the"
                                 " log gave it another fate than the client's own EndTxn",
-    "aborted-txn-not-listed": "a read_committed Fetch response served it as an aborted record without listing its"
-                              " transaction as aborted",
-    "stale-aborted-entry": "a read_committed Fetch response listed its producer as aborted though its transaction"
-                           " committed, so the client dropped it",
-    "past-last-stable-offset": "a read_committed Fetch response served it beyond its own last stable offset",
-    "records-left-out": "a read_committed Fetch response left it out from among the records it served",
+    **{d.name: d.text for d in DIAGNOSES},
 }
 _CLIENT_TEXT = {
     "read-in-aborted-txn": "its consumer kept the position its own aborted transaction had read up to",
@@ -85,7 +77,7 @@ _CLIENT_TEXT = {
 
 
 class Facts:
-    """kproxy_spark.wire.value_facts rows by (key, value)."""
+    """kproxy_spark.wire.facts.value_facts rows by (key, value)."""
 
     def __init__(self, rows: Iterable[Mapping[str, Any]]) -> None:
         self.by_value: dict[tuple, list[Mapping[str, Any]]] = defaultdict(list)
@@ -159,12 +151,12 @@ def _of_values(facts: Facts, key: Any, values: Iterable[Any], wanted: tuple) -> 
 def cause_of(name: str, case: Mapping[str, Any], facts: Facts) -> dict | None:
     """The one cause of a case of class `name`, or None for an informational
     case no rule stands behind."""
-    if name in WIRE_DIAGNOSIS:
+    if name in DIAGNOSED:
         rules = case.get("rules") or []
         if rules:
-            return _cause(RULE, WIRE_DIAGNOSIS[name], rule=rules[0], text=f"rule '{rules[0]}' rewrote the response")
-        return _cause(BROKER, WIRE_DIAGNOSIS[name], text=f"the broker: {_FACT_TEXT[WIRE_DIAGNOSIS[name]]}")
-    if name in WIRE_BY_RULES:
+            return _cause(RULE, DIAGNOSED[name], rule=rules[0], text=f"rule '{rules[0]}' rewrote the response")
+        return _cause(BROKER, DIAGNOSED[name], text=f"the broker: {_FACT_TEXT[DIAGNOSED[name]]}")
+    if name in BY_RULES_CHECKS:
         rules = case.get("rules") or []
         # The stale EndTxn a rule delivered decided the records: that rule,
         # before any other rule that merely touched one of the Produces.
@@ -215,18 +207,6 @@ def attribute(cases: Mapping[str, list[dict]], facts: Facts, informational: froz
 
 
 # --- per rule: what it caused, and what it did --------------------------------
-
-_ERROR_NAMES: dict[int, str] | None = None
-
-
-def _error_name(code: int) -> str:
-    global _ERROR_NAMES
-    if _ERROR_NAMES is None:
-        from kio.schema.errors import ErrorCode
-
-        _ERROR_NAMES = {int(e): e.name.upper() for e in ErrorCode}
-    return _ERROR_NAMES.get(code, str(code))
-
 
 def _effects(touch: Mapping[str, Any], writes: Mapping[str, Any] | None, caused: Mapping[str, int]) -> list[str]:
     """Short tags for what followed a rule's actions."""

@@ -3,7 +3,7 @@
 Everything is drawn from the report dict, so the page can be re-rendered
 from a saved report.json without Spark. Times on the x axis are seconds
 since the history's start; wire times are moved onto that clock with
-stats["trace_clock_offset_ns"] (kproxy_spark.wire.clock_offset).
+stats["trace_clock_offset_ns"] (kproxy_spark.wire.stats.clock_offset).
 """
 
 from __future__ import annotations

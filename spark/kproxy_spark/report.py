@@ -14,6 +14,10 @@ import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kproxy_spark.wire.registry import INFORMATIONAL as WIRE_INFORMATIONAL
+from kproxy_spark.wire.registry import STATS as WIRE_STATS
+from kproxy_spark.wire.registry import TELLING_ORDER as WIRE_TELLING_ORDER
+
 SCHEMA_VERSION = 1
 MAX_CASES = 50
 
@@ -25,32 +29,22 @@ EXIT_INTERNAL = 3
 EXIT_UNKNOWN = 4
 
 # Reported, never a reason for invalid: causes on the wire (they explain
-# the client-visible anomalies), behaviour Kafka allows, classifications.
-INFORMATIONAL = frozenset({
-    "stale-end-txn",
-    "late-produce",
-    "ambiguous-error",
+# the client-visible anomalies: the wire registry's informational checks),
+# behaviour Kafka allows, classifications, what each rule did.
+INFORMATIONAL = WIRE_INFORMATIONAL | frozenset({
     "abort-position",
     "cycle-search-incomplete",
     "int-send-skip",
     "G0",
     "rule-effect",
 })
-# Wire tables that are statistics rather than anomalies: moved into stats.
-STATS_TABLES = {"latency": "latency", "fault-impact": "fault_impact"}
+# Tables that are statistics rather than anomalies: moved into stats.
+STATS_TABLES = {**WIRE_STATS, "fault-impact": "fault_impact"}
 # The summary's "why" block: the first case of each, told in full; the
-# client-visible breakage first, then the wire events that explain it.
+# client-visible breakage first, then the wire events that explain it (the
+# wire registry's order), then the history's anomalies.
 WHY_ORDER = (
-    "torn-transaction",
-    "stale-end-txn",
-    "late-produce",
-    "client-outcome-mismatch",
-    "spurious-offset",
-    "ambiguous-error",
-    "broker-aborted-read",
-    "stale-aborted-entry",
-    "past-lso-read",
-    "left-out-records",
+    *WIRE_TELLING_ORDER,
     "G1a",
     "lost-write",
     "poll-skip",

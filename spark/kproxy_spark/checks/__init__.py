@@ -23,10 +23,6 @@ from kproxy_spark.checks.visibility import running_unseen
 #: cycle-search-incomplete only when the search bound was hit).
 ANOMALY_NAMES = (*KEY_CHECKS, "G0", "G1c")
 
-#: Classifications rather than anomalies: reported, never a reason for invalid.
-INFORMATIONAL = frozenset({"abort-position"})
-
-
 def allowed_anomalies(subscribe: bool = False, ww_deps: bool = True) -> frozenset[str]:
     """Names Jepsen's checker tolerates for Kafka's model, given how the workload read.
 
@@ -36,7 +32,7 @@ def allowed_anomalies(subscribe: bool = False, ww_deps: bool = True) -> frozense
     expected. With ww dependencies inferred from offsets, G1c cycles of the
     form T1 <ww T2 <wr T1 are normal.
     """
-    allowed = {"int-send-skip", "G0", "G0-cycle-exists"} | INFORMATIONAL
+    allowed = {"int-send-skip", "G0", "G0-cycle-exists"}
     if subscribe:
         allowed |= {"poll-skip", "nonmonotonic-poll"}
     if ww_deps:
@@ -79,7 +75,6 @@ def unseen_series_by_key(result: PassResult, bucket_ns: int) -> list[dict]:
 __all__ = [
     "ANOMALY_NAMES",
     "CAUSES",
-    "INFORMATIONAL",
     "POSITIONS",
     "allowed_anomalies",
     "cases_of",

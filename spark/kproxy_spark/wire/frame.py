@@ -1,0 +1,88 @@
+"""Every wire check and table as one frame, collected in one Spark job, and
+its rows read back on the driver, where each case's sentence is rendered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from kproxy_spark.wire.check import Order
+from kproxy_spark.wire.registry import BY_NAME, WIRE_CHECKS, WIRE_ORDER, WIRE_TABLES
+from kproxy_spark.wire.views import wire_views
+
+
+def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
+               cached: list | None = None) -> DataFrame:
+    """Every wire check's cases and every wire table in one frame (check,
+    case as JSON), so the whole wire analysis is collected in one Spark job.
+    `isolation` says how to tell read_committed fetches
+    (kproxy_spark.traces.fetched_records). What is kept here (the views'
+    rows) is appended to `cached`, for the caller to release
+    (``unpersist()``)."""
+    from kproxy_spark.session import keep, one_partition
+
+    level = traces.storageLevel
+    ops = one_partition(ops)
+    traces = one_partition(traces)
+    if not (level.useMemory or level.useDisk):
+        # Traces the caller did not cache (a test's literal files) would be
+        # read, and their side files decoded, once per view and check.
+        traces = keep(traces, cached)
+    views = wire_views(ops, traces, isolation, cached)
+    parts = [
+        frame.select(
+            F.lit(entry.name).alias("check"),
+            F.to_json(F.struct(*[F.col(c) for c in frame.columns]), {"ignoreNullFields": "false"}).alias("case"),
+        )
+        for entry in (*WIRE_CHECKS, *WIRE_TABLES)
+        for frame in (entry.frame(views),)
+    ]
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    return union
+
+
+def order_key(fields: Order):  # noqa: ANN201
+    def key(case: dict) -> tuple:
+        # Spark's ascending order: nulls first unless asked last.
+        return tuple(
+            ((1, 0) if last else (0, 0)) if case.get(name) is None else ((0, case[name]) if last else (1, case[name]))
+            for name, last in fields
+        )
+
+    return key
+
+
+def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
+    """wire_frame's collected rows -> (cases by check, in report order, each
+    with its sentence; the stats they give).
+
+    The cases keep ``~rule-touches``, ``~rule-writes`` and ``~value-facts``
+    for kproxy_spark.attribution, which ties cases to their causes and builds
+    ``fault-impact``."""
+    import orjson
+
+    tables: dict[str, list[dict[str, Any]]] = {name: [] for name in WIRE_ORDER}
+    for row in rows:
+        tables[row["check"]].append(orjson.loads(row["case"]))
+    for name, found in tables.items():
+        entry = BY_NAME[name]
+        found.sort(key=order_key(entry.order))
+        if entry.explain is not None:
+            for case in found:
+                case[entry.text_field] = entry.explain(case)
+    offset = tables.pop("~clock-offset")
+    offset_ns = offset[0]["d"] if offset and offset[0].get("d") is not None else None
+    stats = {
+        "trace_events": tables.pop("~trace-events")[0]["events"],
+        "trace_clock_offset_ns": offset_ns,
+        "phases": [
+            {**p, "start_ns": p["start_ns"] + offset_ns, "end_ns": p["end_ns"] + offset_ns}
+            for p in tables.pop("~phases")
+        ] if offset_ns is not None else [],
+        "end_txn_outcomes": tables.pop("~end-txn-outcomes"),
+    }
+    return tables, stats

@@ -1,0 +1,137 @@
+"""The frames every wire check reads, each computed once per analysis.
+
+`wire_views` builds them from the history's operations and the traces;
+the checks and tables of kproxy_spark.wire.registry take the WireViews and
+nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from kproxy_spark.history import flatten_mops, key_partitions, sends
+from kproxy_spark.traces import (
+    EXCHANGE,
+    end_txns,
+    fetched_records,
+    landings,
+    produce_attempts,
+    rule_removed_records,
+)
+
+#: The columns of kproxy_spark.traces.fetched_records that the wire checks read.
+FETCHED_COLUMNS = (
+    *EXCHANGE, "mono_ns", "client_id", "rule", "action", "topic", "partition", "offset", "key", "value",
+    "key_long", "value_long", "control", "producer_id", "transactional", "last_stable_offset",
+    "aborted_transactions", "read_committed", "rewritten", "listed_aborted", "upstream_listed_aborted", "past_lso",
+    "upstream_past_lso",
+)
+
+#: A gap wider than this in one response is read as this many offsets: a
+#: compacted or truncated range says nothing more per offset, and the
+#: explode must stay bounded.
+MAX_GAP = 1000
+
+
+def history_sends(ops: DataFrame) -> DataFrame:
+    """Completed send micro-ops with the key's topic/partition (from `create`
+    ops, when the history has them) and the op's error."""
+    mops = sends(flatten_mops(ops))
+    errors = ops.select(F.col("index").alias("_index"), F.col("error"))
+    where = key_partitions(ops).select(
+        "key", F.col("topic").alias("key_topic"), F.col("partition").alias("key_partition")
+    ).dropDuplicates(["key"])
+    return (
+        mops.join(errors, mops["index"] == errors["_index"], "left")
+        .drop("_index")
+        .join(where, "key", "left")
+    )
+
+
+@dataclass(frozen=True)
+class WireViews:
+    """What the checks read. The first five are kept (computed once, by
+    the job that collects the checks); the derived ones are built once per
+    analysis and shared by the checks and the facts that read them.
+
+    ops, traces: the inputs; sent: history_sends; attempts: every Produce
+    attempt of a record (kproxy_spark.traces.produce_attempts); fetched:
+    every record a Fetch returned (FETCHED_COLUMNS); ends: every EndTxn;
+    log: every record that landed, with its fate (landings).
+    """
+
+    ops: DataFrame
+    traces: DataFrame
+    sent: DataFrame
+    attempts: DataFrame
+    fetched: DataFrame
+    ends: DataFrame
+    log: DataFrame
+
+    @cached_property
+    def served(self) -> DataFrame:
+        """Data records served to read_committed fetches, with their fate in
+        the log. A broker is judged by its own log: where the trace shows the
+        producer's next marker after the record, that marker is its fate here
+        (not an aborted-transactions entry, which is what is being judged)."""
+        fates = self.log.select("topic", "partition", "offset",
+                                F.coalesce("next_marker_fate", "fate").alias("fate"), "fate_source")
+        return self.fetched.where(F.col("read_committed") & F.col("control").isNull()).join(
+            fates, ["topic", "partition", "offset"])
+
+    @cached_property
+    def left_out(self) -> DataFrame:
+        """Per record: committed data records a read_committed Fetch response
+        skipped over, inside a gap between two offsets it did serve (responses
+        a rule rewrote are left to the rule's own `removed-by-rule`)."""
+        parts = self.fetched.where(F.col("read_committed") & ~F.coalesce("rewritten", F.lit(False))).groupBy(
+            *EXCHANGE, "topic", "partition").agg(
+            F.min("mono_ns").alias("mono_ns"), F.first("client_id").alias("client_id"),
+            F.first("last_stable_offset").alias("last_stable_offset"),
+            F.first("rule", ignorenulls=True).alias("rule"), F.first("action", ignorenulls=True).alias("action"),
+            F.array_sort(F.collect_set("offset")).alias("served"))
+        served = F.col("served")
+        gaps = F.when(F.size(served) >= 2, F.flatten(F.transform(
+            F.sequence(F.lit(1), F.size(served) - 1),
+            lambda i: F.when(served[i] - served[i - 1] > 1,
+                             F.sequence(served[i - 1] + 1, F.least(served[i] - 1, served[i - 1] + MAX_GAP)))
+            .otherwise(F.array().cast("array<bigint>")),
+        ))).otherwise(F.array().cast("array<bigint>"))
+        missing = parts.select(*EXCHANGE, "topic", "partition", "mono_ns", "client_id", "last_stable_offset", "rule",
+                               "action", F.explode(gaps).alias("offset"))
+        committed = self.log.where(F.col("key_long").isNotNull()).select(
+            "topic", "partition", "offset", "key_long", "value_long", "producer_id",
+            F.coalesce("next_marker_fate", "fate").alias("fate"))
+        return missing.join(committed, ["topic", "partition", "offset"]).where(F.col("fate") == "committed")
+
+    @cached_property
+    def removed(self) -> DataFrame:
+        """Records a rule took out of a Fetch response (kproxy_spark.traces.rule_removed_records)."""
+        return rule_removed_records(self.traces)
+
+
+def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held: list | None = None) -> WireViews:
+    """history_sends, produce_attempts, fetched_records (FETCHED_COLUMNS),
+    end_txns and landings, kept; their releases go to `held`, for the caller:
+    analyses that share a session must not clear each other's rows.
+    `isolation` says how to tell read_committed fetches
+    (kproxy_spark.traces.fetched_records)."""
+    from kproxy_spark.session import keep as keep_rows
+    from kproxy_spark.session import one_partition
+
+    def keep(frame: DataFrame) -> DataFrame:
+        return keep_rows(one_partition(frame, joined=True), held)
+
+    sent = keep(history_sends(ops))
+    attempts = keep(produce_attempts(traces))
+    # Only the columns the checks read: a Fetch record carries every column
+    # of its event, and at a million operations the whole width no longer
+    # fits in memory.
+    fetched = keep(fetched_records(traces, isolation).select(*FETCHED_COLUMNS))
+    ends = keep(end_txns(traces))
+    log = keep(landings(traces, isolation, attempts=attempts, fetched=fetched, ends=ends))
+    return WireViews(ops, traces, sent, attempts, fetched, ends, log)
