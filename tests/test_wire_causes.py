@@ -184,7 +184,8 @@ def test_a_held_request_delivered_late_counts_as_delivered(spark, tmp_path):
 
 
 def test_a_request_its_connection_closed_on_is_lost_not_unanswered(spark, tmp_path):
-    from kproxy_spark.traces import load_traces, produce_attempts
+    from kproxy_spark.traces import load_traces
+    from kproxy_spark.wire.landings import produce_attempts
 
     s = Scenario()
     s.op(0, "ok", "create", [8, "t", 0])

@@ -203,7 +203,8 @@ def test_load_traces_reads_parquet_too(spark, tmp_path):
 
 
 def test_landings_get_their_fate_from_the_applied_end_txn_agreeing_with_markers(spark, tmp_path):
-    from kproxy_spark.traces import _marker_fates, fetched_records, landings, load_traces
+    from kproxy_spark.traces import load_traces
+    from kproxy_spark.wire.landings import _marker_fates, fetched_records, landings
 
     _, traces_dir = torn_scenario().write(tmp_path)
     traces = load_traces(spark, traces_dir)
@@ -226,7 +227,8 @@ def test_landings_get_their_fate_from_the_applied_end_txn_agreeing_with_markers(
 
 
 def test_without_fetches_the_end_txn_decides_the_fate(spark, tmp_path):
-    from kproxy_spark.traces import landings, load_traces
+    from kproxy_spark.traces import load_traces
+    from kproxy_spark.wire.landings import landings
 
     scenario = torn_scenario()
     scenario.events = [e for e in scenario.events if e["api"] != "fetch"]

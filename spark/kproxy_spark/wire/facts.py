@@ -9,10 +9,10 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kproxy_spark.traces import TXN_KEY
 from kproxy_spark.wire import phrases as say
 from kproxy_spark.wire.check import WireTable
 from kproxy_spark.wire.diagnoses import DIAGNOSES, BrokerDiagnosis
+from kproxy_spark.wire.landings import TXN_KEY
 from kproxy_spark.wire.views import WireViews
 
 VALUE_FACT_COLUMNS = ("key", "value", "fact", "rule", "topic", "partition", "offset", "conn_id", "correlation_id",

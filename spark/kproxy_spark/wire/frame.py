@@ -18,7 +18,7 @@ def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
     """Every wire check's cases and every wire table in one frame (check,
     case as JSON), so the whole wire analysis is collected in one Spark job.
     `isolation` says how to tell read_committed fetches
-    (kproxy_spark.traces.fetched_records). What is kept here (the views'
+    (kproxy_spark.wire.landings.fetched_records). What is kept here (the views'
     rows) is appended to `cached`, for the caller to release
     (``unpersist()``)."""
     from kproxy_spark.session import keep, one_partition

@@ -32,7 +32,7 @@ def _attempts_by_write(attempts: DataFrame) -> DataFrame:
 
 def spurious_offsets(views: WireViews) -> DataFrame:
     """Sends the client reported at an offset while every traced Produce of
-    that write (kproxy_spark.traces.produce_attempts) was answered with an
+    that write (kproxy_spark.wire.landings.produce_attempts) was answered with an
     error."""
     reported = views.sent.where(F.col("offset").isNotNull() & F.col("type").isin("ok", "info"))
     answers = _attempts_by_write(views.attempts)
@@ -54,7 +54,7 @@ def explain_spurious(case: dict[str, Any]) -> str:
 
 def ambiguous_errors(views: WireViews) -> DataFrame:
     """Writes whose every Produce was answered with an error, yet which a
-    Fetch (kproxy_spark.traces.fetched_records) later returned: the error
+    Fetch (kproxy_spark.wire.landings.fetched_records) later returned: the error
     did not mean "not written"."""
     answers = _attempts_by_write(views.attempts).where((F.col("any_error") == 1) & (F.col("any_ok") == 0))
     reads = views.fetched.where(F.col("control").isNull()).groupBy(

@@ -14,16 +14,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kproxy_spark.history import flatten_mops, key_partitions, sends
-from kproxy_spark.traces import (
-    EXCHANGE,
+from kproxy_spark.traces import EXCHANGE, rule_removed_records
+from kproxy_spark.wire.landings import (
     end_txns,
     fetched_records,
     landings,
     produce_attempts,
-    rule_removed_records,
 )
 
-#: The columns of kproxy_spark.traces.fetched_records that the wire checks read.
+#: The columns of kproxy_spark.wire.landings.fetched_records that the wire checks read.
 FETCHED_COLUMNS = (
     *EXCHANGE, "mono_ns", "client_id", "rule", "action", "topic", "partition", "offset", "key", "value",
     "key_long", "value_long", "control", "producer_id", "transactional", "last_stable_offset",
@@ -59,7 +58,7 @@ class WireViews:
     analysis and shared by the checks and the facts that read them.
 
     ops, traces: the inputs; sent: history_sends; attempts: every Produce
-    attempt of a record (kproxy_spark.traces.produce_attempts); fetched:
+    attempt of a record (kproxy_spark.wire.landings.produce_attempts); fetched:
     every record a Fetch returned (FETCHED_COLUMNS); ends: every EndTxn;
     log: every record that landed, with its fate (landings).
     """
@@ -119,7 +118,7 @@ def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held:
     end_txns and landings, kept; their releases go to `held`, for the caller:
     analyses that share a session must not clear each other's rows.
     `isolation` says how to tell read_committed fetches
-    (kproxy_spark.traces.fetched_records)."""
+    (kproxy_spark.wire.landings.fetched_records)."""
     from kproxy_spark.session import keep as keep_rows
     from kproxy_spark.session import one_partition
 
