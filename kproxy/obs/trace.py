@@ -8,9 +8,10 @@ a length check and a `deque.append`, well under a microsecond, never the disk.
 
 The writer composes on the proxy's own event loop, in its idle time. A
 trio task looks for queued events every `_POLL_SECONDS` (not woken by each
-offer: that cost the data path a scheduler pass per event), takes them when
-the loop has had nothing else to do for about a millisecond, and works in
-steps of at most `_STEP_SECONDS` between which the data path runs: it builds
+offer: that cost the data path a scheduler pass per event), sleeps until the
+oldest event's batch is due, then takes them whenever the loop has nothing
+else to do, and works in steps of at most `_STEP_SECONDS` between which the
+data path runs: it builds
 the rows, scans a `records` frame's batches and lays out their side bytes
 (kproxy.obs.trace_records), and encodes a batch (one fixed-layout segment,
 kproxy.obs.trace_segments; or JSON lines serialised with orjson; or a
@@ -89,18 +90,11 @@ _MAX_BATCH = 512
 # well inside the added-latency target (docs/performance.md).
 _STEP_SECONDS = 0.00005
 
-# How long the loop must have had nothing to do before the writer takes a
-# step when nothing is urgent. Work done the moment the loop blocks would
-# land between a request and its response (the broker answers in 0.1-0.3
-# ms) and lengthen it; a gap this long is usually the one between requests.
-# trio's I/O wait counts in milliseconds, so any cushion is at least 1 ms.
-_IDLE_CUSHION = 0.0005
-
 # How often a writer with nothing queued looks for events.
 _POLL_SECONDS = 0.02
 
 # A look at the sockets between two idle steps that took longer than this
-# means another task ran: the writer then waits for a full cushion again.
+# means another task ran: the writer then waits for the loop to be idle again.
 _ANOTHER_TASK_RAN = 0.00002
 
 # Encoded batches waiting for the file thread, at most: past this the writer
@@ -439,12 +433,18 @@ class TraceWriter:
         )
 
     async def _take_turn(self) -> None:
-        """Let the data path run first: wait for an idle loop, or only yield once when urgent.
+        """Let the data path run first: wait until the batch is due, then for an idle loop; only yield once when urgent.
 
-        Once the loop has been idle for the cushion, the writer goes on step
-        after step for as long as nothing else wants to run in between (each
-        step still ends with a look at the sockets); after the data path ran,
-        it waits for a full cushion again.
+        Until the oldest event's batch is due the writer sleeps on a timer: one
+        wake-up per batch. (It used to wait for the loop to have been idle for
+        a cushion of 0.5 ms; a task waiting so caps every I/O wait of the loop
+        at the cushion, and with events queued, which under traffic is nearly
+        always, the loop woke about every millisecond: that, not the events,
+        was most of tracing's CPU per record.) From then on it takes a step
+        whenever the loop has nothing to run and no socket is ready, and goes
+        on step after step for as long as nothing else wants to run in between
+        (each step still ends with a look at the sockets); after the data path
+        ran, it waits for the loop to be idle again.
         """
         if self._urgent():
             await trio.lowlevel.checkpoint()
@@ -455,11 +455,15 @@ class TraceWriter:
             if time.perf_counter() - started < _ANOTHER_TASK_RAN:
                 return
         self._in_idle_run = False
-        deadline = self._deadline if self._deadline is not None else trio.current_time() + self.flush_interval
+        now = trio.current_time()
+        deadline = self._deadline if self._deadline is not None else now + self.flush_interval
+        due = self._due
         with trio.move_on_at(deadline) as scope:
             self._idle_scope = scope
             try:
-                await wait_all_tasks_blocked(_IDLE_CUSHION)
+                if due is not None and now < due:
+                    await trio.sleep_until(due)
+                await wait_all_tasks_blocked(0)
             finally:
                 self._idle_scope = None
         if scope.cancelled_caught:
