@@ -21,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from kproxy_spark.cluster import ClusterSetupError, is_local, prepare_cluster
 from kproxy_spark.report import EXIT_INTERNAL, EXIT_USAGE, build_report, describe_jobs, exit_code, format_summary, write_json
 
 Progress = Callable[[str], None]
@@ -76,9 +77,16 @@ def analyze(
     progress: Progress = _quiet,
     spark=None,  # noqa: ANN001 - an existing SparkSession (tests, notebooks)
     ww_deps: bool = True,
+    spark_conf: dict[str, str] | None = None,
 ) -> dict:
     """Check the history (and the traces when given); write
-    out_dir/report.json and out_dir/report.html; return the report."""
+    out_dir/report.json and out_dir/report.html; return the report.
+
+    `spark_conf`: Spark settings for the session this call starts (not for
+    a `spark` given). On a cluster master the executors get kproxy's code
+    and their Python is checked before any input is read
+    (kproxy_spark.cluster); a cluster they cannot run the analysis on raises
+    ClusterSetupError."""
     # A URL (hdfs://, s3a://) is Spark's to open; only local paths are checked here.
     if "://" not in str(history_path) and not Path(history_path).is_file():
         raise InputError(f"history not found: {history_path}")
@@ -123,8 +131,12 @@ def analyze(
         step(f"starting Spark ({master})")
         from kproxy_spark.session import get_session
 
-        spark = get_session(master, quick_start=input_bytes < QUICK_START_BYTES)
+        spark = get_session(master, quick_start=input_bytes < QUICK_START_BYTES, conf=spark_conf)
         phases["spark_start"] = round(time.monotonic() - started, 3)
+    if not is_local(spark.sparkContext.master):
+        begun = time.monotonic()
+        prepare_cluster(spark, step)
+        phases["cluster_setup"] = round(time.monotonic() - begun, 3)
     jobs = JobCounter(spark)
     from kproxy_spark.session import size_for_input, storage_level
 
@@ -233,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = analyze(args.history, args.traces, args.out, args.master or "local[*]",
                          args.isolation, progress, spark=spark, ww_deps=args.ww_deps)
-    except InputError as exc:
+    except (InputError, ClusterSetupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - the exit code must say "internal error"

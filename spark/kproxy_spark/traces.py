@@ -23,7 +23,9 @@ EXCHANGE = ("proxy_id", "conn_id", "correlation_id", "copy")
 
 
 def _files(directory: Path, suffix: str) -> list[str]:
-    return sorted(str(p) for p in directory.rglob(f"*{suffix}") if p.is_file())
+    # Absolute: executors open segment files by these names, and on a
+    # cluster an executor's working directory is not the driver's.
+    return sorted(str(p.absolute()) for p in directory.rglob(f"*{suffix}") if p.is_file())
 
 
 def load_traces(spark: SparkSession, directory: str | Path, *, lean: bool = False) -> DataFrame:
