@@ -14,7 +14,8 @@ Exit codes:
   0  valid: no anomaly that counts as an error
   1  invalid: at least one error anomaly (see report.json "errors")
   2  usage or input error (missing or unreadable history / traces;
-     a history line that breaks the format: FILE:LINE: message)
+     a history line that breaks the format: FILE:LINE: message;
+     a cluster whose executors cannot run the analysis)
   3  internal error (Spark or the analysis failed)
   4  unknown: nothing could be judged, or writes are unseen and the
      history has no final reads
@@ -22,7 +23,8 @@ Exit codes:
 \b
 Examples:
   kproxy analyze --history run/history.jsonl --traces run/traces --out run/report
-  kproxy analyze --history jepsen.jsonl --out report --master spark://host:7077
+  kproxy analyze --history jepsen.jsonl --out report --master spark://host:7077 \\
+      --conf spark.pyspark.python=/opt/venv/bin/python
 """
 
 
@@ -51,6 +53,17 @@ def _unreadable_history(history: str) -> str | None:
     return None
 
 
+def _spark_conf(_ctx: click.Context, _param: click.Parameter, settings: tuple[str, ...]) -> dict[str, str]:
+    """--conf KEY=VALUE pairs as a dict; a pair without '=' is a usage error."""
+    conf = {}
+    for setting in settings:
+        key, equals, value = setting.partition("=")
+        if not equals or not key.strip():
+            raise click.BadParameter(f"{setting!r} is not KEY=VALUE", param_hint="--conf")
+        conf[key.strip()] = value
+    return conf
+
+
 @click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--history", "history", required=True, type=click.Path(dir_okay=False),
               help="Client history: JSON Lines of Jepsen-style operations (kproxy workload or kproxy history import).")
@@ -60,6 +73,9 @@ def _unreadable_history(history: str) -> str | None:
               help="Output directory; report.json and report.html are written there.")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master URL, e.g. local[2] or spark://host:7077.")
+@click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", callback=_spark_conf,
+              help="A Spark setting, as spark-submit's --conf (repeatable). On a cluster, spark.pyspark.python "
+                   "names the executors' Python (default: PYSPARK_PYTHON, else python3 on the workers).")
 @click.option("--isolation", type=click.Choice(["auto", "read_committed", "read_uncommitted"]), default="auto",
               show_default=True,
               help="How the consumers read: decides which Fetch responses count for broker-aborted-read. "
@@ -70,8 +86,8 @@ def _unreadable_history(history: str) -> str | None:
                    "them a G1c of the form T1 <ww T2 <wr T1 is normal Kafka behaviour (tolerated); without them "
                    "only wr edges are searched and any G1c is an error. The report's stats.ww_deps says which.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr and no summary on stdout.")
-def analyze(history: str, traces: str | None, out: str, master: str, isolation: str, ww_deps: bool,
-            quiet: bool) -> None:
+def analyze(history: str, traces: str | None, out: str, master: str, spark_conf: dict[str, str],
+            isolation: str, ww_deps: bool, quiet: bool) -> None:
     """Check a client history, and with --traces correlate it with the
     proxy's wire traces, using Spark; write report.json and report.html to
     --out and print a short summary.
@@ -81,6 +97,9 @@ def analyze(history: str, traces: str | None, out: str, master: str, isolation: 
     EndTxns, late Produces, client/wire outcome mismatches, spurious offsets,
     ambiguous errors and broker-level aborted reads, and attribute them to
     fault rules. See docs/analysis.md.
+
+    On a cluster master (spark://...) kproxy's own code is shipped to the
+    executors and their Python is checked before any input is read.
     """
     def progress(message: str) -> None:
         if not quiet:
@@ -98,6 +117,7 @@ def analyze(history: str, traces: str | None, out: str, master: str, isolation: 
         click.echo(f"error: {problem}", err=True)
         sys.exit(EXIT_USAGE)
     try:
+        from kproxy_spark.cluster import ClusterSetupError
         from kproxy_spark.jobs import InputError, analyze as run_analysis
         from kproxy_spark.report import format_summary, exit_code
     except ImportError as exc:  # present (checked above) but broken
@@ -106,8 +126,8 @@ def analyze(history: str, traces: str | None, out: str, master: str, isolation: 
         sys.exit(EXIT_USAGE)
     try:
         report = run_analysis(history, traces, out, master=master, isolation=isolation, progress=progress,
-                              ww_deps=ww_deps)
-    except (InputError, FileNotFoundError) as exc:
+                              ww_deps=ww_deps, spark_conf=spark_conf)
+    except (InputError, FileNotFoundError, ClusterSetupError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - any other failure is ours: exit 3, not a traceback and 1
