@@ -27,15 +27,15 @@ from typing import Any
 import trio
 
 from kproxy.io import cut_through, net, streaming, tls
-from kproxy.io.streaming import STREAM_REQUEST_HEAD_BYTES
 from kproxy.io.errors import ConnectionClosed
+from kproxy.io.streaming import STREAM_REQUEST_HEAD_BYTES
 from kproxy.obs import metrics
 from kproxy.pipeline.decode import Undecodable
 from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
+from kproxy.protocol.broker_addresses import Endpoint
 from kproxy.protocol.codec import DecodeError, parse_request_header
 from kproxy.protocol.framing import FrameBuffer, FrameError
-from kproxy.protocol.broker_addresses import Endpoint
 
 log = logging.getLogger("kproxy.conn")
 
