@@ -98,6 +98,11 @@ class FileOps:
     def pending(self) -> int:
         return len(self._ops)
 
+    @property
+    def busy(self) -> bool:
+        """Operations are queued or running (one may yet fail)."""
+        return bool(self._ops) or self._running
+
     def _call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         if self.failure is not None:
             return

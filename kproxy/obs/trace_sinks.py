@@ -11,6 +11,7 @@ there and touch only the file handles; everything else runs on the loop.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Generator
@@ -100,6 +101,12 @@ class Sink:
         self.opened_mono = time.monotonic()
         self.files.append(self.path)
         self._open_file(self.path)
+
+    def seconds_to_rotation(self) -> float:
+        """How long until the open file is due for time rotation (infinite with none open)."""
+        if self.path is None:
+            return math.inf
+        return max(0.0, self.rotate_seconds - (time.monotonic() - self.opened_mono))
 
     def rotate_if_old(self) -> None:
         """Time rotation, checked on every wake so an idle file still gets closed (Parquet gets its footer)."""
