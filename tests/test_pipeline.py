@@ -31,8 +31,8 @@ from kproxy.pipeline.holds import Parked
 from kproxy.pipeline.path import Pipeline
 from kproxy.pipeline.rules import plan_for_request, plan_for_response
 from kproxy.protocol import apis
-from kproxy.protocol.codec import decode_response, encode_request, encode_response, parse_request_header
 from kproxy.protocol.broker_addresses import AddressMap
+from kproxy.protocol.codec import decode_response, encode_request, encode_response, parse_request_header
 from kproxy.txn.tracker import TxnTracker
 
 TXN = "tx-1"

@@ -16,8 +16,8 @@ import trio
 from kproxy.io import net, relay
 from kproxy.io.errors import ConnectionClosed
 from kproxy.obs import metrics
-from kproxy.protocol import apis, error_scan
 from kproxy.pipeline.exchange import Exchange
+from kproxy.protocol import apis, error_scan
 from kproxy.protocol.framing import FrameBuffer
 
 # kproxy.io.connection.ClientConnection, which imports this module.

@@ -13,10 +13,10 @@ import trio
 from kproxy.io import relay, tls
 from kproxy.io.errors import ConnectionClosed
 from kproxy.obs import metrics
+from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
 from kproxy.protocol.codec import DecodeError, parse_request_header
 from kproxy.protocol.framing import FrameBuffer
-from kproxy.pipeline.exchange import Exchange
 
 # kproxy.io.connection.ClientConnection, which imports this module.
 ClientConnection = Any

@@ -15,8 +15,14 @@ from typing import Any
 from kproxy.pipeline.decode import Undecodable
 from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
+from kproxy.protocol.broker_addresses import (
+    ADDRESS_APIS,
+    LEADER_HINT_MIN_VERSION,
+    AddressMap,
+    cap_api_versions,
+    rewrite_addresses,
+)
 from kproxy.protocol.codec import DecodeError, decode_response, encode_response, response_correlation_id
-from kproxy.protocol.broker_addresses import ADDRESS_APIS, LEADER_HINT_MIN_VERSION, AddressMap, cap_api_versions, rewrite_addresses
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ from kproxy.pipeline.exchange import Exchange
 from kproxy.pipeline.holds import HoldBook, Parked
 from kproxy.pipeline.plans import ResponsePlan, Side
 from kproxy.protocol import apis
-from kproxy.protocol.codec import encode_response, error_codes
 from kproxy.protocol.broker_addresses import AddressMap
+from kproxy.protocol.codec import encode_response, error_codes
 
 log = logging.getLogger("kproxy.pipeline")
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from kproxy.faults.engine import FaultEngine
+from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
+from kproxy.protocol.broker_addresses import ADDRESS_APIS, LEADER_HINT_MIN_VERSION
 from kproxy.protocol.codec import DecodeError
 from kproxy.protocol.produce_peek import produce_acks, produce_transactional_id
-from kproxy.protocol.broker_addresses import ADDRESS_APIS, LEADER_HINT_MIN_VERSION
-from kproxy.pipeline.exchange import Exchange
 
 
 class Routing:
