@@ -7,9 +7,9 @@ does not pay for it), with `offer()`:
 a length check and a `deque.append`, well under a microsecond, never the disk.
 
 The writer composes on the proxy's own event loop, in its idle time. A
-trio task is woken by the first event after a lull (once per batch, not per
-event: that cost the data path a scheduler pass each time), sleeps until the
-oldest event's batch is due, then takes them whenever the loop has nothing
+trio task sleeps until the oldest queued event's batch is due (the first
+event of a batch moves the sleep's deadline; it is not woken per event, which
+cost the data path a scheduler pass each time), then takes them whenever the loop has nothing
 else to do, and works in steps of at most `_STEP_SECONDS` between which the
 data path runs: it builds
 the rows, scans a `records` frame's batches and lays out their side bytes
@@ -205,7 +205,10 @@ class TraceWriter:
         self._deadline: float | None = None
         # How often an idle writer looks for events; counted against flush_interval.
         self._poll = min(_POLL_SECONDS, flush_interval / 4)
-        self._work: trio.Event | None = None  # set to hurry a writer that waits for events
+        # The writer's wait for events: offer() moves its deadline to the first
+        # event's due time, _hurry() cancels it.
+        self._work: trio.CancelScope | None = None
+        self._first_at: float | None = None  # when the oldest queued event of a new batch arrived
         self._idle_scope: trio.CancelScope | None = None  # the writer's wait for an idle loop
         self._in_idle_run = False  # the loop was idle at the writer's last turn
         self._closing = False  # no more events accepted
@@ -247,12 +250,14 @@ class TraceWriter:
         if queued < self._wake_at and not self._closing and self.raw_ledger.held < self.queue_bytes // 2:
             queue.append(event)
             self.accepted += 1
-            if not queued and self._work is not None:
-                # The first event after a lull wakes the waiting writer: once
-                # per batch, not per event (a wake per event cost the data
-                # path a scheduler pass each time).
-                self._work.set()
-                self._work = None
+            if not queued and self._due is None:
+                # The first event of a batch: the waiting writer is to wake
+                # when the batch is due, and no sooner (a wake costs the loop
+                # about 0.3 ms of CPU here, and a wake per event cost the data
+                # path a scheduler pass each time). Moving a deadline wakes no one.
+                self._first_at = now = trio.current_time()
+                if self._work is not None:
+                    self._work.deadline = min(self._work.deadline, now + self.flush_interval * 3 / 4)
             return True
         return self._offer_slow(event)
 
@@ -264,7 +269,7 @@ class TraceWriter:
     def _hurry(self) -> None:
         """The queue is filling or a producer waits: the writer stops waiting for an idle loop."""
         if self._work is not None:
-            self._work.set()
+            self._work.cancel()
             self._work = None
         if self._idle_scope is not None:
             self._idle_scope.cancel()
@@ -408,25 +413,30 @@ class TraceWriter:
                 if self._stopping:
                     return
                 self._sink.rotate_if_old()
-                # Wait for the next event (offer() wakes the writer), the
-                # batch's due time, or the file's rotation; not on a poll: on
-                # these machines every wake of the loop costs about 0.3 ms of
-                # CPU, and a writer polling every 20 ms made an idle tracing
-                # proxy spend 15 ms of CPU a second (docs/performance.md).
+                # Wait for the next batch's due time (offer() sets it when its
+                # first event comes), the pending batch's, or the file's
+                # rotation; not on a poll: on these machines every wake of the
+                # loop costs about 0.3 ms of CPU, and a writer polling every
+                # 20 ms made an idle tracing proxy spend 15 ms of CPU a second
+                # (docs/performance.md).
                 deadline = trio.current_time() + self._sink.seconds_to_rotation()
                 if self._ops.busy:
                     # A file operation may yet fail: look again soon, so the data path hears of it.
                     deadline = min(deadline, trio.current_time() + self._poll)
                 if self._batch:
                     deadline = min(deadline, self._due)
-                self._work = trio.Event()
-                with trio.move_on_at(deadline):
-                    await self._work.wait()
-                self._work = None
+                with trio.move_on_at(deadline) as scope:
+                    self._work = scope
+                    try:
+                        await trio.sleep_forever()
+                    finally:
+                        self._work = None
                 continue
             if self._due is None:
-                # offer() woke the writer for the oldest event; allow a poll interval for the wake itself.
-                self._deadline = trio.current_time() + self.flush_interval - self._poll
+                # Counted from the batch's first event (offer() noted when it came).
+                first = self._first_at if self._first_at is not None else trio.current_time()
+                self._first_at = None
+                self._deadline = first + self.flush_interval
                 self._due = self._deadline - self.flush_interval / 4
             await self._take_turn()
             self._compose_step()
