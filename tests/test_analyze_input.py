@@ -70,3 +70,22 @@ def test_the_same_aborted_read_on_integer_keys_is_invalid(spark, tmp_path):
     history = write_history(tmp_path / "numbered.jsonl", aborted_read(7))
     report = analyze(history, None, tmp_path / "report", spark=spark)
     assert report["valid"] is False and "G1a" in report["errors"]
+
+
+@pytest.mark.parametrize("name", ["trace-p1-20261127T000000-000000.jsonl", "old.jsonl.gz"])
+def test_a_trace_newer_than_this_kproxy_is_refused_with_its_file_and_exit_2_before_spark(tmp_path, name):
+    """A newer writer's trace is never read as if it were an older one (trace_schema.READABLE_VERSIONS)."""
+    import gzip
+    import json
+
+    history = write_history(tmp_path / "h.jsonl", aborted_read(1))
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    event = json.dumps({"schema_version": 99, "direction": "request", "api": "produce"}).encode() + b"\n"
+    (traces / name).write_bytes(gzip.compress(event) if name.endswith(".gz") else event)
+    result = CliRunner().invoke(
+        main, ["analyze", "--history", history, "--traces", str(traces), "--out", str(tmp_path / "report")]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{traces / name}:1: trace schema version 99 is not one this kproxy reads" in result.output
+    assert not (tmp_path / "report").exists()  # refused before any analysis started

@@ -68,6 +68,26 @@ class InputError(Exception):
     """The history or traces cannot be read (exit code 2)."""
 
 
+# The trace files load_traces reads (side files, .records, hold no events).
+TRACE_SUFFIXES = (".events", ".jsonl", ".jsonl.gz", ".parquet")
+
+
+def check_trace_versions(traces_dir: str | os.PathLike) -> None:
+    """Refuse, before any Spark job, a trace file written under a schema version this kproxy does not read.
+
+    A newer writer's trace must not be read as if it were an older one (a
+    checker never calls valid what it could not read).
+    """
+    from kproxy.obs.trace_files import TraceFileError, check_file_version
+
+    for path in sorted(Path(traces_dir).rglob("*")):
+        if path.is_file() and path.name.endswith(TRACE_SUFFIXES):
+            try:
+                check_file_version(path)
+            except TraceFileError as exc:
+                raise InputError(str(exc)) from None
+
+
 def analyze(
     history_path: str | os.PathLike,
     traces_dir: str | os.PathLike | None,
@@ -92,6 +112,8 @@ def analyze(
         raise InputError(f"history not found: {history_path}")
     if traces_dir is not None and not Path(traces_dir).is_dir():
         raise InputError(f"trace directory not found: {traces_dir}")
+    if traces_dir is not None:
+        check_trace_versions(traces_dir)
     from kproxy.workload.names import NamesFormatError, load_names
 
     try:
