@@ -206,6 +206,21 @@ def test_analyze_without_the_analysis_extra_names_the_extra(base_venv: Path, tmp
     assert not (tmp_path / "report").exists()
 
 
+def test_the_code_a_cluster_analysis_ships_is_the_installed_wheels(wheel: Path, base_venv: Path,
+                                                                   tmp_path: Path) -> None:
+    # What `kproxy analyze --master spark://...` adds to the session (tests/test_spark_standalone.py
+    # runs it on a cluster from the checkout's install): built from the installed packages, not a checkout.
+    done = subprocess.run([str(base_venv / "bin" / "python"), "-m", "kproxy_spark.cluster"], cwd=tmp_path,
+                          env={**_clean_env(), "XDG_CACHE_HOME": str(tmp_path / "cache")},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    shipped = Path(done.stdout.strip())
+    assert shipped.parent == tmp_path / "cache" / "kproxy" / "analysis"
+    with zipfile.ZipFile(wheel) as built, zipfile.ZipFile(shipped) as archive:
+        packaged = {n: built.read(n) for n in built.namelist() if n.startswith(("kproxy/", "kproxy_spark/"))}
+        assert {n: archive.read(n) for n in archive.namelist()} == packaged
+
+
 def test_demo_without_java_stops_at_once_naming_java(base_venv: Path, tmp_path: Path) -> None:
     # Only the venv on PATH and no JAVA_HOME: no java anywhere Spark would look.
     done, elapsed = _run(base_venv, "demo", "--scenario", "healthy", cwd=tmp_path,

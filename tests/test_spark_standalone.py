@@ -1,30 +1,46 @@
-"""The analysis submitted to a real standalone Spark cluster, the way
-docs/analysis.md ("On a Spark cluster") tells users to, reports what the
-local analysis reports.
+"""`kproxy analyze --master spark://...` against a real standalone Spark
+master and worker, run as a user runs it (the installed command, from a
+directory of its own, with relative paths, on a segment trace as the proxy
+writes it), reports what the local analysis reports; a cluster whose
+executors' Python cannot run the analysis is refused before any input is
+read, with the setting that fixes it.
 
+The executors run a Python of their own that has PySpark and the modules the
+checks import there, but not kproxy (`executor_python`), as a cluster's
+machines would, and the daemons run without the suite's PYTHONPATH: only the
+code the analysis ships itself (kproxy_spark.cluster) lets them run it.
 A cluster runs the same plan with other partitioning, executors in other
-processes fed by --py-files, and adaptive execution on: a check that
-depends on partition order, a module missing from the shipped zip or a
-function the executors cannot import shows up here and nowhere else.
+processes and adaptive execution on: a check that depends on partition
+order, a module missing from the shipped zip or a function the executors
+cannot import shows up here and nowhere else.
+
+spark-submit, the second path docs/analysis.md gives, runs the same
+`kproxy_spark.jobs.analyze`; here it is checked that spark-submit takes the
+documented command (entry script, the zip `python -m kproxy_spark.cluster`
+prints) without a second analysis on the cluster.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
+from kproxy_spark.cluster import EXECUTOR_MODULES
 from tests.fixtures.spark_cluster import StandaloneCluster, cluster_env, spark_home, stop_group
+from tests.test_install import _closure, _entries, _site_packages, _view
 from tests.test_wire_scenarios import Scenario, torn_scenario
 
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBMIT_TIMEOUT_S = 240
+ANALYZE_TIMEOUT_S = 240
+REFUSAL_TIMEOUT_S = 120
 # Measures of how the run went, not of what it found: they differ between
 # any two runs, so the comparison leaves them out.
 RUN_STATS = ("elapsed_s", "phases_s", "spark_jobs")
@@ -46,32 +62,63 @@ def anomalous_scenario() -> Scenario:
     return s
 
 
-def analysis_zip(path: Path) -> Path:
-    """The --py-files archive: the kproxy and kproxy_spark packages at its
-    top level, as docs/analysis.md's two `zip -r` commands make it (kproxy
-    from the repository root, kproxy_spark from spark/)."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for base, package in ((ROOT, "kproxy"), (ROOT / "spark", "kproxy_spark")):
-            for source in sorted((base / package).rglob("*")):
-                if source.is_file() and "__pycache__" not in source.parts:
-                    archive.write(source, source.relative_to(base))
-    return path
+def as_segments(traces: Path) -> None:
+    """The scenario's trace as the proxy writes it: a segment file, which the
+    executors read and decode themselves (kproxy.obs on the executors)."""
+    from kproxy.obs.trace_segments import COLUMNS, encode_segment, file_header
+
+    [jsonl] = traces.glob("*.jsonl")
+    events = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    with open(traces / "trace-scenario-20260101T000000-000000.events", "wb") as f:
+        f.write(file_header())
+        f.write(encode_segment([[event.get(name) for name, _ in COLUMNS] for event in events]))
+    jsonl.unlink()
 
 
-def submit_command(cluster: StandaloneCluster, py_files: Path, history: Path, traces: Path, out: Path) -> list[str]:
-    """The documented spark-submit command (docs/analysis.md), sized for a
-    one-core worker and a few rows."""
-    return [
-        str(spark_home() / "bin" / "spark-submit"),
-        "--master", cluster.master_url,
-        "--conf", f"spark.pyspark.python={sys.executable}",
-        "--conf", "spark.sql.shuffle.partitions=4",
-        "--conf", "spark.executor.memory=512m",
-        "--conf", "spark.ui.enabled=false",
-        "--py-files", str(py_files),
-        str(ROOT / "spark" / "jobs.py"),
-        "--history", str(history), "--traces", str(traces), "--out", str(out),
-    ]
+def _python_with(folder: Path, modules: list[str]) -> Path:
+    """A fresh venv's Python that imports `modules` (the installed
+    distributions, with what they require) and nothing else of this run."""
+    folder.mkdir(exist_ok=True)
+    deps = _view(folder / "deps", _entries(_closure(modules)))
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    (_site_packages(venv) / "executor-deps.pth").write_text(f"{deps}\n")
+    return venv / "bin" / "python"
+
+
+def _imports(python: Path, module: str) -> bool:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run([str(python), "-c", f"import {module}"], env=env, capture_output=True,
+                          timeout=60).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def executor_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workers' Python: what docs/analysis.md tells users to install there, and no kproxy."""
+    python = _python_with(tmp_path_factory.mktemp("executor-python"), list(EXECUTOR_MODULES))
+    assert _imports(python, "pyarrow") and not _imports(python, "kproxy_spark"), "the premise of this file"
+    return python
+
+
+def analyze_command(cluster: StandaloneCluster, python: Path, *args: str) -> list[str]:
+    """`kproxy analyze` on the cluster, as docs/analysis.md gives it, with
+    executor memory sized for the one-core, 1 GiB worker."""
+    kproxy = shutil.which("kproxy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    assert kproxy is not None, "the kproxy command is not installed in this venv"
+    return [kproxy, "analyze", "--master", cluster.master_url,
+            "--conf", f"spark.pyspark.python={python}", "--conf", "spark.executor.memory=512m", *args]
+
+
+def analyze_env(cache: Path) -> dict[str, str]:
+    """A user's environment: no PYSPARK_PYTHON (the command's --conf names the
+    executors' Python), a cache of its own; PYTHONPATH only as the suite sets
+    it for every process it starts (scripts/run-tests.sh: this tree is the
+    installed kproxy)."""
+    env = {k: v for k, v in cluster_env().items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    env["XDG_CACHE_HOME"] = str(cache)
+    return env
 
 
 def comparable(report: dict) -> dict:
@@ -89,34 +136,91 @@ def comparable(report: dict) -> dict:
             "anomalies": {name: canonical(cases) for name, cases in report["anomalies"].items()}}
 
 
-@pytest.mark.timeout(SUBMIT_TIMEOUT_S + 60)
-def test_spark_submit_to_a_standalone_cluster_reports_what_local_mode_reports(spark_standalone, spark, tmp_path):
+@pytest.mark.timeout(REFUSAL_TIMEOUT_S + 30)
+def test_executors_without_pyarrow_and_pandas_are_refused_with_the_setting_to_fix(spark_standalone, tmp_path):
+    lacking = [m for m in EXECUTOR_MODULES if m not in ("pyarrow", "pandas")]
+    python = _python_with(tmp_path / "python", lacking)
+    history, traces = torn_scenario().write(tmp_path)
+    done = subprocess.run(analyze_command(spark_standalone, python, "--history", str(history),
+                                          "--traces", str(traces), "--out", str(tmp_path / "report")),
+                          cwd=tmp_path, env=analyze_env(tmp_path / "cache"), capture_output=True, text=True,
+                          timeout=REFUSAL_TIMEOUT_S)
+    said = done.stderr
+    assert done.returncode == 2, f"{said[-5000:]}\n{spark_standalone.logs()}"
+    assert f"checking the executors' Python ({python})" in said
+    [error] = [line for line in said.splitlines() if line.startswith("error: ")]
+    assert f"the executors' Python ({python}, " in error and "cannot import pyarrow, pandas" in error
+    assert "spark.pyspark.python" in error and "PYSPARK_PYTHON" in error and "pip install 'pyarrow==" in error
+    assert f"checking {history}" not in said and "history stats done" not in said, "input was read"
+    assert "Traceback" not in said and "\tat org.apache" not in said and "Py4J" not in said
+
+
+@pytest.mark.timeout(ANALYZE_TIMEOUT_S + 60)
+def test_kproxy_analyze_on_a_standalone_cluster_reports_what_local_mode_reports(spark_standalone, executor_python,
+                                                                               spark, tmp_path):
     from kproxy_spark.jobs import analyze
 
-    history, traces = anomalous_scenario().write(tmp_path)
-    cluster_out, local_out = tmp_path / "cluster", tmp_path / "local"
-    command = submit_command(spark_standalone, analysis_zip(tmp_path / "kproxy-analysis.zip"),
-                             history, traces, cluster_out)
-    with open(tmp_path / "submit.log", "wb") as log:
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "run").mkdir(parents=True)
+    history, traces = anomalous_scenario().write(elsewhere / "run")
+    as_segments(traces)
+    cache = tmp_path / "cache"
+    command = analyze_command(spark_standalone, executor_python,
+                              "--history", "run/history.jsonl", "--traces", "run/traces", "--out", "run/report")
+    with open(tmp_path / "analyze.out", "wb") as out, open(tmp_path / "analyze.err", "wb") as err:
         # The cluster run and the local run overlap: each waits on its JVM
         # and planner much of the time, so together they take less wall time.
-        submit = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=cluster_env(),
-                                  cwd=ROOT, start_new_session=True)
+        clustered = subprocess.Popen(command, stdout=out, stderr=err, env=analyze_env(cache), cwd=elsewhere,
+                                     start_new_session=True)
         try:
-            local = analyze(history, traces, local_out, master="local[2]", spark=spark)
-            returncode = submit.wait(timeout=SUBMIT_TIMEOUT_S)
+            local = analyze(history, traces, tmp_path / "local", master="local[2]", spark=spark)
+            returncode = clustered.wait(timeout=ANALYZE_TIMEOUT_S)
         finally:
-            stop_group(submit)
-    submitted = (tmp_path / "submit.log").read_text(errors="replace")
+            stop_group(clustered)
+    said = (tmp_path / "analyze.err").read_text(errors="replace")
 
-    # Exit code 1 is the job's "invalid": it ran to the end and found errors.
-    assert returncode == 1, f"spark-submit exited {returncode}\n{submitted[-5000:]}\n{spark_standalone.logs()}"
+    # Exit code 1 is "invalid": it ran to the end and found errors.
+    assert returncode == 1, f"kproxy analyze exited {returncode}\n{said[-5000:]}\n{spark_standalone.logs()}"
     apps = [app["name"] for app in spark_standalone.state()["completedapps"]]
-    assert "kproxy-analyze" in apps, "the job did not run on the standalone master"
-    clustered = json.loads((cluster_out / "report.json").read_text())
+    assert "kproxy-analyze" in apps, "the analysis did not run on the standalone master"
+    # The code went out as the zip built in the user's cache, and the executors ran it from there.
+    [shipped] = (cache / "kproxy" / "analysis").glob("kproxy-analysis-*.zip")
+    assert "shipping kproxy " in said and str(shipped) in said
+    assert "kproxy_spark from " in said and f"{shipped.name}/kproxy_spark/__init__.py" in said
+    assert "kproxy analyze: INVALID" in (tmp_path / "analyze.out").read_text()
+    # --out is relative to where the command ran.
+    report = elsewhere / "run" / "report"
+    assert (report / "report.html").is_file()
+    from_cluster = json.loads((report / "report.json").read_text())
 
     # The scenario's anomalies were found at all, so agreeing means something.
     assert local["valid"] is False
     for name in ("G1a", "lost-write", "torn-transaction", "broker-aborted-read"):
         assert local["counts"][name] >= 1, name
-    assert comparable(clustered) == comparable(local)
+    assert comparable(from_cluster) == comparable(local)
+
+
+def submit_command(master: str, py_files: Path, *args: str) -> list[str]:
+    """docs/analysis.md's spark-submit command."""
+    return [
+        str(spark_home() / "bin" / "spark-submit"),
+        "--master", master,
+        "--conf", f"spark.pyspark.python={sys.executable}",
+        "--conf", "spark.sql.shuffle.partitions=4",
+        "--py-files", str(py_files),
+        str(ROOT / "spark" / "jobs.py"), *args,
+    ]
+
+
+def test_spark_submit_takes_the_documented_command(spark_standalone, tmp_path):
+    made = subprocess.run([sys.executable, "-m", "kproxy_spark.cluster", "--cache-dir", str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=60, check=True)
+    py_files = Path(made.stdout.strip())
+    assert py_files.parent == tmp_path / "cache" and py_files.suffix == ".zip"
+    # The job's usage, printed by spark-submit's Python driver from the entry
+    # script: spark-submit took the options, found the script and ran it.
+    done = subprocess.run(submit_command(spark_standalone.master_url, py_files, "--help"), cwd=tmp_path,
+                          env=cluster_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for option in ("--history", "--traces", "--out", "--isolation"):
+        assert option in done.stdout
