@@ -250,3 +250,38 @@ def test_run_refuses_a_broken_rule_file_with_its_line_and_no_traceback(tmp_path:
     assert done.returncode == 1
     assert done.stderr.startswith(f"Error: {bad}:5: YAML syntax error"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+MISFIT_REWRITE = "version: 1\nrules:\n  - id: r\n    action: {type: rewrite, field: fetch_drop_records}\n"
+
+
+def test_validate_refuses_a_rewrite_field_for_apis_it_does_not_fit(tmp_path: Path) -> None:
+    # Without `match` the Fetch-only rewrite would meet ApiVersions and every other answer.
+    bad = tmp_path / "misfit.yaml"
+    bad.write_text(MISFIT_REWRITE)
+    result = kproxy("validate", str(bad))
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"{bad}:4: rules[0].action.field: action rewrite with field fetch_drop_records "
+                                    "applies only to fetch"), result.stderr
+
+
+def test_put_refuses_a_rewrite_field_for_apis_it_does_not_fit(admin: AdminServer) -> None:
+    url = f"http://{admin.address}/rules/misfit"
+    for match in ({}, {"match": {"api": "produce"}}, {"match": {"api": ["fetch", "metadata"]}}):
+        refused = httpx.put(url, json={**match, "action": {"type": "rewrite", "field": "fetch_drop_records"}}, timeout=5)
+        assert refused.status_code == 400 and "applies only to fetch" in refused.json()["error"], (match, refused.text)
+    assert "misfit" not in [r["id"] for r in rules_on(admin)["rules"]]
+    fits = httpx.put(url, json={"match": {"api": "Fetch"}, "action": {"type": "rewrite", "field": "fetch_drop_records"}}, timeout=5)
+    assert fits.status_code == 200
+
+
+def test_run_refuses_a_rewrite_field_for_apis_it_does_not_fit(tmp_path: Path) -> None:
+    bad = tmp_path / "misfit.yaml"
+    bad.write_text(MISFIT_REWRITE)
+    done = subprocess.run(
+        [sys.executable, "-m", "kproxy", "run", "--upstream", "127.0.0.1:1", "--listen", "127.0.0.1:0",
+         "--no-admin", "--rules", str(bad)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"Error: {bad}:4: rules[0].action.field: action rewrite"), done.stderr

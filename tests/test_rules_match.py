@@ -232,7 +232,10 @@ def test_match_phase_and_duration_window_from_phase_start() -> None:
     ({"type": "rewrite", "field": "fetch_stale_last_stable_offset", "lag": 100}, d.Rewrite("r", "fetch_stale_last_stable_offset", None, 100)),
 ])
 def test_each_action_builds_its_decision(action: dict[str, Any], expected: d.Decision) -> None:
-    decision = engine_from_rules([rule(action=action)]).decide(produce(), 0)
+    # A rewrite field fits one API only (fetch_... or produce_...), and its rule must say so.
+    api = "fetch" if action.get("field", "").startswith("fetch_") else "produce"
+    view = ExchangeView(api_key=FETCH, api_version=12) if api == "fetch" else produce()
+    decision = engine_from_rules([rule(action=action, api=api)]).decide(view, 0)
     assert decision == expected
     assert decision.action == action["type"]
 

@@ -301,3 +301,32 @@ def test_json_schema_covers_every_action_and_refuses_unknown_keys() -> None:
     tags = set(schema["$defs"]["Rule"]["properties"]["action"]["discriminator"]["mapping"])
     assert tags == set(ACTIONS)
     assert schema["$defs"]["Match"]["additionalProperties"] is False
+
+
+def test_a_rewrite_field_must_match_only_the_api_it_rewrites() -> None:
+    lines = problems_of("""
+        version: 1
+        rules:
+          - id: no-match
+            action: {type: rewrite, field: fetch_drop_records}
+          - id: produce-too
+            match:
+              api: [fetch, produce]
+            action: {type: rewrite, field: fetch_skip_batch}
+          - id: fetch-field-on-produce
+            match: {api: produce}
+            action: {type: rewrite, field: fetch_stale_high_watermark}
+          - id: produce-field-on-fetch
+            match: {api: 1}
+            action: {type: rewrite, field: produce_error_offset_zero}
+          - id: fits
+            match: {api: Produce, direction: response}
+            action: {type: rewrite, field: produce_error_offset_zero}
+    """)
+    assert lines == [
+        "rules/broken.yaml:4: rules[0].action.field: action rewrite with field fetch_drop_records applies only to fetch: "
+        "the rule must say `match: {api: fetch}` (without it, it matches every API)",
+        "rules/broken.yaml:7: rules[1].match.api: action rewrite with field fetch_skip_batch applies only to fetch, not produce",
+        "rules/broken.yaml:10: rules[2].match.api: action rewrite with field fetch_stale_high_watermark applies only to fetch, not produce",
+        "rules/broken.yaml:13: rules[3].match.api: action rewrite with field produce_error_offset_zero applies only to produce, not fetch",
+    ]

@@ -6,11 +6,14 @@ do), so the loader can report it at the right line.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kproxy.faults.actions import ACTIONS
+from kproxy.faults.apis import resolve_api
+from kproxy.faults.fieldspecs import parse_apis
 from kproxy.faults.model import Rule, RuleFile
+from kproxy.protocol.apis import API_NAMES
 
 Path = tuple[str | int, ...]
 
@@ -30,12 +33,37 @@ def rule_problems(rule: Rule, phase_names: Iterable[str] | None, prefix: Path = 
             prefix + ("match", "direction"),
             f"action {spec.name} cannot apply to a {rule.match.direction} (allowed: {', '.join(spec.directions)})",
         ))
+    problems.extend(_api_problems(rule, spec.apis, prefix))
     if rule.match.phase is not None:
         if phase_names is None:
             problems.append(Inconsistency(prefix + ("match", "phase"), f"phase {rule.match.phase!r} given but the file has no schedule"))
         elif rule.match.phase not in set(phase_names):
             problems.append(Inconsistency(prefix + ("match", "phase"), f"no schedule phase is named {rule.match.phase!r}"))
     return problems
+
+
+def _api_problems(rule: Rule, fitting: Callable[..., tuple[str, ...] | None] | None, prefix: Path) -> list[Inconsistency]:
+    # An action whose parameters only make sense for some APIs (a rewrite of a
+    # Fetch response) could only fail on any other API's frames: refuse the rule
+    # now rather than let it break every matching exchange.
+    if fitting is None:
+        return []
+    names = fitting(rule.action)
+    if names is None:
+        return []
+    allowed = {resolve_api(name) for name in names}
+    what = f"action {rule.action.type} with field {rule.action.field}" if hasattr(rule.action, "field") else f"action {rule.action.type}"
+    wanted = " or ".join(names)
+    if rule.match.api is None:
+        # Reported at the action: the rule may have no `match` to point at.
+        return [Inconsistency(prefix + ("action", "field") if hasattr(rule.action, "field") else prefix + ("action",),
+                              f"{what} applies only to {wanted}: the rule must say `match: {{api: {names[0]}}}` "
+                              "(without it, it matches every API)")]
+    unfit = parse_apis(rule.match.api) - allowed
+    if unfit:
+        others = ", ".join(sorted(API_NAMES[key] for key in unfit))
+        return [Inconsistency(prefix + ("match", "api"), f"{what} applies only to {wanted}, not {others}")]
+    return []
 
 
 def file_problems(rule_file: RuleFile) -> list[Inconsistency]:

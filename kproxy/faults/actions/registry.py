@@ -42,6 +42,10 @@ class ActionSpec(Generic[P]):
     # (the plan also says what becomes of the response) or a response.
     request_plan: Callable[[Decision], RequestPlan] | None = None
     response_plan: Callable[[Decision], ResponsePlan] | None = None
+    # The API names a rule's parameters make sense for (None: any API). A rule
+    # whose `match` allows any other API is refused when it is loaded, since
+    # the action could only fail on those frames.
+    apis: Callable[[P], tuple[str, ...] | None] | None = None
 
 
 ACTIONS: dict[str, ActionSpec] = {}
@@ -51,6 +55,7 @@ def register(
     name: str, params: type[P], *, directions: tuple[Direction, ...], summary: str,
     request_plan: Callable[[Any], RequestPlan] | None = None,
     response_plan: Callable[[Any], ResponsePlan] | None = None,
+    apis: Callable[[Any], tuple[str, ...] | None] | None = None,
 ) -> Callable[[Callable[[P, str, Draw], Decision]], Callable[[P, str, Draw], Decision]]:
     """Register an action: its parameters, how a matched rule builds its decision, and the
     plan the data path carries out for it on each side it may match (one per direction)."""
@@ -62,7 +67,7 @@ def register(
     def decorator(build: Callable[[P, str, Draw], Decision]) -> Callable[[P, str, Draw], Decision]:
         if name in ACTIONS:
             raise RuntimeError(f"fault action {name!r} registered twice")
-        ACTIONS[name] = ActionSpec(name, params, build, directions, summary, request_plan, response_plan)
+        ACTIONS[name] = ActionSpec(name, params, build, directions, summary, request_plan, response_plan, apis)
         return build
 
     return decorator

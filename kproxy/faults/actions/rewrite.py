@@ -36,6 +36,19 @@ REWRITES: dict[str, Callable[[Any, Rewrite, Any], Any]] = {
     "fetch_hide_aborted": lambda resp, dec, names: rr.fetch_hide_aborted(resp, end_marker=dec.end_marker),
 }
 
+# Each field rewrites the response of one API, named by the field's prefix.
+_FIELD_APIS = {"produce_": "produce", "fetch_": "fetch"}
+
+
+def field_apis(params: "RewriteParams") -> tuple[str, ...]:
+    """The API a rewrite field applies to: its rule must match that API and no other."""
+    return tuple(api for prefix, api in _FIELD_APIS.items() if params.field.startswith(prefix))
+
+
+if any(sum(field.startswith(prefix) for prefix in _FIELD_APIS) != 1 for field in REWRITES):
+    raise RuntimeError("every rewrite field must start with the prefix of exactly one API")
+
+
 _STALE_FIELDS = ("fetch_stale_high_watermark", "fetch_stale_last_stable_offset")
 
 
@@ -70,7 +83,8 @@ class RewriteParams(ActionParams):
 
 @register("rewrite", RewriteParams, directions=("request", "response"),
           summary="forward, then rewrite a Produce or Fetch response (field: which rewrite)",
-          request_plan=lambda d: Send(then=_rewritten(d)), response_plan=lambda d: _rewritten(d))
+          request_plan=lambda d: Send(then=_rewritten(d)), response_plan=lambda d: _rewritten(d),
+          apis=field_apis)
 def build(params: RewriteParams, rule_id: str, draw: Draw) -> Rewrite:
     error_code = None if params.error is None else resolve_error(params.error)
     markers = tuple(dict.fromkeys(params.markers)) if params.markers else ("commit", "abort")
