@@ -157,3 +157,25 @@ def test_hostile_rule_files_are_refused_while_the_proxy_keeps_serving(proxy_fact
     p99 = health.times[int(len(health.times) * 0.99)]
     assert p99 < 0.1, f"99 % of /healthz answers took up to {p99 * 1000:.0f} ms"
     assert health.times[-1] < 1.0, f"/healthz took {health.times[-1] * 1000:.0f} ms"
+
+
+def test_a_fifo_at_the_rule_path_is_refused_and_a_real_file_put_back_reloads(proxy_factory, tmp_path: Path) -> None:
+    # Opening a FIFO for reading waits for a writer: the reload hung, holding the
+    # reload lock, and the file watch, SIGHUP and the API reload hung behind it.
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("version: 1\nrules:\n  - id: first\n    match: {api: produce}\n    action: {type: delay, ms: 5}\n")
+    proxy = proxy_factory("--rules", str(rules))
+    assert rule_ids(proxy) == ["first"]
+
+    rules.unlink()
+    os.mkfifo(rules)
+    assert wait_for(lambda: metric_value(proxy, "kproxy_rule_reloads_total", result="refused") >= 1, timeout=5)
+    assert "FIFO (named pipe), not a regular file" in proxy.log_text()
+    answer = httpx.post(f"{proxy.admin_url}/rules/reload", timeout=5)  # answered, not hung
+    assert answer.status_code == 400 and "not a regular file" in answer.json()["error"]
+    assert rule_ids(proxy) == ["first"]  # the running rules stay
+
+    rules.unlink()
+    rules.write_text("version: 1\nrules:\n  - id: second\n    match: {api: produce}\n    action: {type: delay, ms: 5}\n")
+    assert wait_for(lambda: rule_ids(proxy) == ["second"], timeout=5)
+    assert proxy.alive()

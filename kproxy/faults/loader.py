@@ -7,6 +7,8 @@ mapped back to the lines the YAML reader recorded.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
 from os import PathLike
 from typing import Any
@@ -24,11 +26,25 @@ def load_rule_file(path: str | PathLike[str]) -> RuleFile:
     """Read, parse and validate a rule file; RuleFileError names the file and line of each problem."""
     source = str(path)
     try:
-        with open(path, "rb") as file:
+        # Non-blocking, so a FIFO opens at once (a plain open waits for a writer, for
+        # ever); what was opened is then checked, so nothing swapped in between slips by.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise RuleFileError([Problem(source, None, (), f"cannot read the rule file: {exc}")]) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise RuleFileError([Problem(source, None, (), f"the rule file is {_kind_of(mode)}, not a regular file: refused")])
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as file:
+            fd = -1  # the file object closes it now
             # One byte past the limit tells a file that is too large without reading all of it.
             raw = file.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as exc:
         raise RuleFileError([Problem(source, None, (), f"cannot read the rule file: {exc}")]) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(raw) > MAX_DOCUMENT_BYTES:
         raise RuleFileError([Problem(source, None, (), f"the rule file is larger than {MAX_DOCUMENT_BYTES} bytes")])
     try:
@@ -36,6 +52,12 @@ def load_rule_file(path: str | PathLike[str]) -> RuleFile:
     except UnicodeDecodeError as exc:
         raise RuleFileError([Problem(source, None, (), f"cannot read the rule file: {exc}")]) from None
     return load_rule_text(text, source)
+
+
+def _kind_of(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "something else")
 
 
 def load_rule_text(text: str, source_name: str) -> RuleFile:

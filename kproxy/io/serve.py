@@ -27,6 +27,7 @@ from kproxy.obs import metrics
 log = logging.getLogger("kproxy.serve")
 
 RULE_POLL_SECONDS = 1.0
+RELOAD_TIMEOUT_SECONDS = 30.0
 
 
 def _make_trace_writer(config: ProxyConfig):  # noqa: ANN202
@@ -71,8 +72,18 @@ class RuleReloader:
             try:
                 # Reading, validating and compiling take up to a second for the largest
                 # file accepted: off the loop, so traffic and /healthz never wait for it.
-                compiled = await trio.to_thread.run_sync(_read_and_compile, self.path, abandon_on_cancel=True)
+                # A read that never ends (a FIFO is refused before reading, but a file
+                # on a hung mount is not) would hold the lock and wedge every later
+                # reload: give up on it after a bound far above the largest file's second.
+                with trio.fail_after(RELOAD_TIMEOUT_SECONDS):
+                    compiled = await trio.to_thread.run_sync(_read_and_compile, self.path, abandon_on_cancel=True)
                 self.proxy.set_rules(compiled)
+            except trio.TooSlowError:
+                metrics.rule_reloads.labels("refused").inc()
+                problem = Problem(str(self.path), None, (),
+                                  f"reading the rule file took longer than {RELOAD_TIMEOUT_SECONDS:.0f} s: refused")
+                log.error("refused to reload %s; the running rules stay:\n%s", self.path, problem)
+                raise RuleFileError([problem]) from None
             except RuleFileError as exc:
                 metrics.rule_reloads.labels("refused").inc()
                 log.error("refused to reload %s; the running rules stay:\n%s", self.path, exc)
