@@ -338,8 +338,14 @@ def prepare_cluster(spark, progress: Progress) -> None:  # noqa: ANN001 - a Spar
         import kproxy
 
         shipped = analysis_zip(dirs)
-        progress(f"shipping kproxy {kproxy.__version__} to the executors ({shipped})")
-        context.addPyFile(str(shipped))
+        # Spark takes a file name once per session; the name carries the
+        # content's digest, so the same name (spark-submit --py-files of the
+        # zip `python -m kproxy_spark.cluster` printed) is the same code.
+        if shipped.name in (context._python_includes or []):
+            progress(f"kproxy {kproxy.__version__} is already in the session ({shipped.name})")
+        else:
+            progress(f"shipping kproxy {kproxy.__version__} to the executors ({shipped})")
+            context.addPyFile(str(shipped))
     progress(f"checking the executors' Python ({context.pythonExec})")
     found = check_executors(spark, progress)
     versions = ", ".join(f"{name} {found['versions'][name]}" for name in ("pyspark", "pyarrow", "pandas"))
