@@ -121,6 +121,8 @@ HOSTILE_FILES = {
     "alias bomb": (alias_bomb(), "7: aliases expand the document beyond 50000 values"),
     "infinite delay": ("version: 1\nrules:\n  - id: slow\n    action: {type: delay, ms: .inf}\n",
                        "4: rules[0].action.ms: a number must be finite, not '.inf'"),
+    "glob over 4 KiB": ("version: 1\nrules:\n  - id: x\n    match: {client_id: '" + "*a" * 2500 + "'}\n    action: {type: drop}\n",
+                        "4: rules[0].match.client_id: a glob may be at most 4096 bytes long, this one is 5000"),
     "every beyond int32": ("version: 1\nrules:\n  - id: x\n    match: {every: 99999999999}\n    action: {type: drop}\n",
                            "4: rules[0].match.every: Input should be less than or equal to 2147483647"),
 }

@@ -367,3 +367,40 @@ def test_sasl_apis_only_when_named() -> None:
     named = engine_from_rules([rule(api=["SaslAuthenticate"])])
     assert named.wants(sasl_authenticate, "request") and not named.wants(sasl_handshake, "request")
     assert isinstance(named.decide(ExchangeView(sasl_authenticate, 2, client_id="c"), 0), d.Drop)
+
+
+# -- globs ------------------------------------------------------------------------
+
+def test_globs_are_compiled_when_rules_load_and_matching_never_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    # More distinct globs than any shared cache held: matching used to compile each on
+    # the event loop at first use, and again whenever the cache had evicted it.
+    from types import SimpleNamespace
+
+    from kproxy.faults import globs
+
+    rules = [rule(f"r{i}", client_id=f"client-{i}-*", transactional_id=f"tx-[a-c]{i}?", topic=f"*orders-{i}")
+             for i in range(MAX_RULES)]
+    engine = engine_from_rules(rules)
+
+    def no_compiling(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a glob was compiled while matching")
+
+    monkeypatch.setattr(globs, "re", SimpleNamespace(compile=no_compiling))
+    for i in (MAX_RULES - 1, 0, 500):
+        view = produce(client_id=f"client-{i}-7", transactional_id=f"tx-b{i}x", topics=((f"eu-orders-{i}", (0,)),))
+        assert engine.decide(view, 0).rule_id == f"r{i}"
+    assert engine.decide(produce(client_id="nobody", transactional_id="tx-b1x", topics=(("orders-1", (0,)),)), 0) is FORWARD
+
+
+@pytest.mark.parametrize(("pattern", "value", "expected"), [
+    ("orders", "orders", True), ("orders", "orders2", False), ("*", "", True), ("*", "x", True),
+    ("a*b*c", "abc", True), ("a*b*c", "aXbYc", True), ("a*b*c", "acb", False), ("*ab*ab", "abab", True),
+    ("*ab*ab", "ab", False), ("a**", "a", True), ("t-?", "t-1", True), ("t-[!0-9]", "t-1", False),
+    ("Orders", "orders", False),  # case-sensitive, as Kafka names are
+])
+def test_globs_match_as_fnmatchcase_does(pattern: str, value: str, expected: bool) -> None:
+    import fnmatch
+
+    from kproxy.faults.globs import compile_glob
+
+    assert compile_glob(pattern)(value) is expected is fnmatch.fnmatchcase(value, pattern)

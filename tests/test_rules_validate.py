@@ -330,3 +330,16 @@ def test_a_rewrite_field_must_match_only_the_api_it_rewrites() -> None:
         "rules/broken.yaml:10: rules[2].match.api: action rewrite with field fetch_stale_high_watermark applies only to fetch, not produce",
         "rules/broken.yaml:13: rules[3].match.api: action rewrite with field produce_error_offset_zero applies only to produce, not fetch",
     ]
+
+
+def test_a_glob_is_bounded_in_size() -> None:
+    lines = problems_of("""
+        version: 1
+        rules:
+          - id: a
+            match:
+              topic: '""" + "x" * 4097 + """'
+            action: {type: drop}
+    """)
+    assert lines == ["rules/broken.yaml:5: rules[0].match.topic: a glob may be at most 4096 bytes long, this one is 4097"]
+    load_rule_text("version: 1\nrules:\n  - id: a\n    match: {topic: '" + "x" * 4096 + "'}\n    action: {type: drop}\n", "ok.yaml")

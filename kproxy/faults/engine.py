@@ -25,6 +25,7 @@ If none does, the decision is `FORWARD`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,8 +176,9 @@ class FaultEngine:
 
     def set_enabled(self, rule_id: str, enabled: bool) -> None:
         i = self._index(rule_id)
-        rule = self._rules[i].rule.model_copy(update={"enabled": enabled})
-        self._rules[i] = CompiledRule.compile(rule)
+        # Only the flag changes: the compiled matchers are kept, not compiled again on the loop.
+        compiled = self._rules[i]
+        self._rules[i] = dataclasses.replace(compiled, rule=compiled.rule.model_copy(update={"enabled": enabled}))
         self._tables = self._build_tables()
 
     def delete_rule(self, rule_id: str) -> None:

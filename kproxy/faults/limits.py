@@ -22,6 +22,10 @@ MAX_NESTING_DEPTH = 32
 MAX_VALUES = 50_000
 # Rule ids are metric labels: their number must stay bounded.
 MAX_RULES = 1000
+# A glob (client_id, transactional_id, topic) in UTF-8 bytes. Kafka topics
+# are at most 249 characters; a longer pattern is a mistake or an attack, and
+# compiling and matching it must stay cheap (a 1 MB glob took seconds).
+MAX_GLOB_BYTES = 4096
 
 # -- numeric fields --------------------------------------------------------------
 
