@@ -21,12 +21,18 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
+
+from kproxy.obs.logs import LogEvery
+
+log = logging.getLogger("kproxy.admin")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -70,6 +76,7 @@ class AdminGuard:
         self.app = app
         self.token = token.encode() if token is not None else None
         self.loopback = loopback
+        self.cut_short = LogEvery()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -77,7 +84,15 @@ class AdminGuard:
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
-        await self.app(scope, receive, send)
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            # A body cut short changed nothing (a body is checked whole before any
+            # change) and there is no one left to answer: one line, not a traceback.
+            quiet = self.cut_short.due("cut short")
+            if quiet is not None:
+                log.warning("admin API: %s %s: the client closed the connection before its body arrived whole; "
+                            "nothing changed%s", scope.get("method"), scope.get("path"), self.cut_short.suffix(quiet))
 
     def refusal(self, path: str, headers: Headers) -> JSONResponse | None:
         host = headers.get("host")

@@ -30,6 +30,7 @@ from kproxy.io import cut_through, net, streaming, tls
 from kproxy.io.errors import ConnectionClosed
 from kproxy.io.streaming import STREAM_REQUEST_HEAD_BYTES
 from kproxy.obs import metrics
+from kproxy.obs.logs import LogEvery
 from kproxy.pipeline.decode import Undecodable
 from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
@@ -38,6 +39,8 @@ from kproxy.protocol.codec import DecodeError, parse_request_header
 from kproxy.protocol.framing import FrameBuffer, FrameError
 
 log = logging.getLogger("kproxy.conn")
+# Per broker endpoint: how often "broker ... is unreachable" may be logged.
+UNREACHABLE_REPORTS = LogEvery()
 
 _I32 = struct.Struct(">i")
 # Looked up once: labels() costs a lock and a dict lookup on every read.
@@ -133,10 +136,15 @@ class ClientConnection:
                 return
             except (OSError, trio.TooSlowError) as exc:
                 self.close_reason = "upstream_unreachable"
-                log.warning(
-                    "conn %d from %s: broker %s (node %d) is unreachable (%s); disconnecting the client",
-                    self.conn_id, self.client_addr, ep, self.node_id, exc or "timed out",
-                )
+                # While a broker is down every client that comes is refused: one line
+                # per broker per interval, with the count, not one per client.
+                quiet = UNREACHABLE_REPORTS.due(str(ep))
+                if quiet is not None:
+                    log.warning(
+                        "broker %s (node %d) is unreachable (%s); disconnecting its clients (conn %d from %s)%s",
+                        ep, self.node_id, exc or "timed out", self.conn_id, self.client_addr,
+                        UNREACHABLE_REPORTS.suffix(quiet),
+                    )
                 unsent = self._unsent(opening[2], opening[3])
                 return
             metrics.connections_opened.labels("upstream").inc()
