@@ -324,8 +324,8 @@ def test_a_rewrite_field_must_match_only_the_api_it_rewrites() -> None:
             action: {type: rewrite, field: produce_error_offset_zero}
     """)
     assert lines == [
-        "rules/broken.yaml:4: rules[0].action.field: action rewrite with field fetch_drop_records applies only to fetch: "
-        "the rule must say `match: {api: fetch}` (without it, it matches every API)",
+        ("rules/broken.yaml:4: rules[0].action.field: action rewrite with field fetch_drop_records applies only to fetch: "
+         "the rule must say `match: {api: fetch}` (without it, it matches every API)"),
         "rules/broken.yaml:7: rules[1].match.api: action rewrite with field fetch_skip_batch applies only to fetch, not produce",
         "rules/broken.yaml:10: rules[2].match.api: action rewrite with field fetch_stale_high_watermark applies only to fetch, not produce",
         "rules/broken.yaml:13: rules[3].match.api: action rewrite with field produce_error_offset_zero applies only to produce, not fetch",

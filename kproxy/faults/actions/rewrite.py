@@ -40,7 +40,7 @@ REWRITES: dict[str, Callable[[Any, Rewrite, Any], Any]] = {
 _FIELD_APIS = {"produce_": "produce", "fetch_": "fetch"}
 
 
-def field_apis(params: "RewriteParams") -> tuple[str, ...]:
+def field_apis(params: RewriteParams) -> tuple[str, ...]:
     """The API a rewrite field applies to: its rule must match that API and no other."""
     return tuple(api for prefix, api in _FIELD_APIS.items() if params.field.startswith(prefix))
 
