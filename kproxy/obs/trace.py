@@ -90,7 +90,7 @@ _MAX_BATCH = 512
 # well inside the added-latency target (docs/performance.md).
 _STEP_SECONDS = 0.00005
 
-# How often a writer with nothing queued looks for events.
+# How often a waiting writer looks for a failed file operation while the file thread has work.
 _POLL_SECONDS = 0.02
 
 # A look at the sockets between two idle steps that took longer than this
@@ -203,7 +203,7 @@ class TraceWriter:
         # longer waits for idle (its steps then alternate with the data path's).
         self._due: float | None = None
         self._deadline: float | None = None
-        # How often an idle writer looks for events; counted against flush_interval.
+        # How often a writer waiting for events looks for a failed file operation.
         self._poll = min(_POLL_SECONDS, flush_interval / 4)
         # The writer's wait for events: offer() moves its deadline to the first
         # event's due time, _hurry() cancels it.

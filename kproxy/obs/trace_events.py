@@ -18,9 +18,9 @@ from typing import Any
 
 from kproxy.obs.trace_records import FetchResponseRecords, ProduceRequestRecords, ProduceResponseRecords, RawPartitions
 from kproxy.obs.trace_schema import FIELD_NAMES
-from kproxy.pipeline.decode import response_error_codes
 from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis, record_views
+from kproxy.protocol.error_scan import response_error_codes
 from kproxy.protocol.produce_peek import body_start
 
 # What fills each field of an exchange's event, as an expression over the
@@ -142,13 +142,13 @@ class PendingRow:
                 if codes is None and isinstance(raw, (FetchResponseRecords, ProduceResponseRecords)):
                     frame = raw.frame
                     if isinstance(frame, bytes) and frame:
-                        codes = response_error_codes(ex, frame)
+                        codes = response_error_codes(ex.api_key, ex.api_version, frame)
             raw = None
         if self.direction != "response":
             return exchange_row(self.conn, ex, "request", self.size, self.wall, self.mono, self.proxy_id,
                                 partitions=partitions)
         if codes is None:
-            codes = response_error_codes(ex, raw) if raw is not None else []
+            codes = response_error_codes(ex.api_key, ex.api_version, raw) if raw is not None else []
         return exchange_row(
             self.conn, ex, "response", self.size, self.wall, self.mono, self.proxy_id,
             latency=(self.now - ex.arrived) * 1000.0,
@@ -239,6 +239,6 @@ class TraceEvents:
         if not isinstance(raw, RawPartitions) and codes is None and frame is not None and (
             ex.api_key == apis.FETCH or len(frame) > self.DEFER_FRAME_BYTES
         ):
-            codes = response_error_codes(ex, frame)
+            codes = response_error_codes(ex.api_key, ex.api_version, frame)
             raw = None
         return PendingRow(conn, ex, "response", size, raw, codes, now, time.time(), time.monotonic_ns(), self.proxy_id)

@@ -15,8 +15,7 @@ from kproxy.obs import metrics
 from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
 from kproxy.protocol.codec import DecodeError, decode_request, decode_response, error_codes
-from kproxy.protocol.error_scan import FetchErrorScan, produce_error_codes, produce_scannable, scannable
-from kproxy.protocol.produce_peek import produce_acks, produce_transactional_id
+from kproxy.protocol.produce_peek import produce_head
 
 log = logging.getLogger("kproxy.pipeline")
 
@@ -44,11 +43,11 @@ def request_body(ex: Exchange) -> Any:
 def produce_facts(ex: Exchange, payload: bytes, start: int, header: Any) -> str | None:
     """A Produce's transactional id, read in place; notes acks=0 (no answer will come)."""
     try:
-        txn_id = produce_transactional_id(payload, start, header)
-        if produce_acks(payload, start, header) == 0:
-            ex.expects_response = False
+        txn_id, acks = produce_head(payload, start, header)
     except DecodeError as exc:
         raise Undecodable("Produce request", exc) from None
+    if acks == 0:
+        ex.expects_response = False
     return txn_id
 
 
@@ -60,17 +59,3 @@ def response_facts(ex: Exchange, frame: bytes) -> tuple[Any, list[int]]:
         log.debug("response to %s v%d not decodable: %s", apis.api_name(ex.api_key), ex.api_version, exc)
         return None, []
     return decoded, error_codes(decoded)
-
-
-def response_error_codes(ex: Exchange, frame: bytes) -> list[int]:
-    """Error codes without a kio decode where a scan knows the API (Fetch records are skipped, not copied)."""
-    codes = None
-    if ex.api_key == apis.FETCH and scannable(ex.api_version):
-        scan = FetchErrorScan(ex.api_version)
-        scan.feed(frame)
-        codes = scan.codes
-    elif ex.api_key == apis.PRODUCE and produce_scannable(ex.api_version):
-        codes = produce_error_codes(ex.api_version, frame)
-    if codes is None:
-        codes = response_facts(ex, frame)[1]
-    return codes

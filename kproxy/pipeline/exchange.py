@@ -65,11 +65,6 @@ class Exchange:
         self.copy = 0
         self.request_partitions: Any = None  # records-level trace of the request
 
-    @property
-    def off_fast_path(self) -> bool:
-        """Its request went through the stages (it has a parsed header and frame)."""
-        return self.header is not None
-
     def copy_for_delivery(self, copy: int) -> Exchange:
         """A copy of this request delivered over the proxy's own connection (0: the request itself, late)."""
         ghost = Exchange(self.api_key, self.api_version, self.correlation_id, self.client_id, self.arrived)

@@ -17,7 +17,7 @@ from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
 from kproxy.protocol.broker_addresses import ADDRESS_APIS, LEADER_HINT_MIN_VERSION
 from kproxy.protocol.codec import DecodeError
-from kproxy.protocol.produce_peek import produce_acks, produce_transactional_id
+from kproxy.protocol.produce_peek import produce_head
 
 
 class Routing:
@@ -56,10 +56,11 @@ class Routing:
     def produce_is_plain(payload: bytes, start: int, header: Any, ex: Exchange) -> bool:
         """Fast-path check for Produce: non-transactional (and note acks=0)."""
         try:
-            if produce_transactional_id(payload, start, header) is not None:
-                return False
-            if produce_acks(payload, start, header) == 0:
-                ex.expects_response = False
+            txn_id, acks = produce_head(payload, start, header)
         except DecodeError:
             return False  # the stages decode it and report the error
+        if txn_id is not None:
+            return False
+        if acks == 0:
+            ex.expects_response = False
         return True

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Union
 
-from kproxy.protocol import batch_scan
+from kproxy.protocol import apis, batch_scan
+from kproxy.protocol.codec import DecodeError, decode_response, error_codes
 
 _Walk = Generator[int, Union[bytes, None], None]
 
@@ -205,4 +206,26 @@ def produce_error_codes(version: int, frame: bytes) -> list[int] | None:
         code = partition["error_code"]
         if code and code not in codes:
             codes.append(code)
+    return codes
+
+
+def response_error_codes(api_key: int, api_version: int, frame: bytes) -> list[int]:
+    """Distinct non-zero error codes of a whole response frame (prefix included).
+
+    Fetch and Produce answers are scanned in place (records skipped, not
+    copied); any other answer, or one a scan cannot follow, is decoded with
+    kio; one that cannot be decoded has none.
+    """
+    codes = None
+    if api_key == apis.FETCH and scannable(api_version):
+        scan = FetchErrorScan(api_version)
+        scan.feed(frame)
+        codes = scan.codes
+    elif api_key == apis.PRODUCE and produce_scannable(api_version):
+        codes = produce_error_codes(api_version, frame)
+    if codes is None:
+        try:
+            codes = error_codes(decode_response(api_key, api_version, frame[4:]))
+        except DecodeError:
+            codes = []
     return codes

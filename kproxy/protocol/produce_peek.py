@@ -36,6 +36,15 @@ def _transactional_id_end(payload: bytes, pos: int, version: int) -> tuple[str |
     return payload[pos : pos + n].decode("utf-8", "replace"), pos + n
 
 
+def produce_head(payload: bytes, start: int, header: RequestHeader) -> tuple[str | None, int]:
+    """The Produce request's transactional id (None for non-transactional producers) and acks
+    (0: the broker sends no response), read in one walk of the body's head."""
+    txn_id, pos = _transactional_id_end(payload, body_start(payload, start, header), header.api_version)
+    if pos + 2 > len(payload):
+        raise DecodeError("Produce request too short to hold acks")
+    return txn_id, int.from_bytes(payload[pos : pos + 2], "big", signed=True)
+
+
 def produce_transactional_id(payload: bytes, start: int, header: RequestHeader) -> str | None:
     """The Produce request's transactional id (None for non-transactional producers)."""
     txn_id, _ = _transactional_id_end(payload, body_start(payload, start, header), header.api_version)
@@ -44,7 +53,4 @@ def produce_transactional_id(payload: bytes, start: int, header: RequestHeader) 
 
 def produce_acks(payload: bytes, start: int, header: RequestHeader) -> int:
     """The Produce request's acks; 0 means the broker sends no response."""
-    _, pos = _transactional_id_end(payload, body_start(payload, start, header), header.api_version)
-    if pos + 2 > len(payload):
-        raise DecodeError("Produce request too short to hold acks")
-    return int.from_bytes(payload[pos : pos + 2], "big", signed=True)
+    return produce_head(payload, start, header)[1]
