@@ -15,6 +15,7 @@ Exit codes:
   1  invalid: at least one error anomaly (see report.json "errors")
   2  usage or input error (missing or unreadable history / traces;
      a history line that breaks the format: FILE:LINE: message;
+     without --history, traces not at level `records`;
      a cluster whose executors cannot run the analysis)
   3  internal error (Spark or the analysis failed)
   4  unknown: nothing could be judged, or writes are unseen and the
@@ -23,6 +24,7 @@ Exit codes:
 \b
 Examples:
   kproxy analyze --history run/history.jsonl --traces run/traces --out run/report
+  kproxy analyze --traces app-run/traces --out app-run/report     # any application: history from the wire
   kproxy analyze --history jepsen.jsonl --out report --master spark://host:7077 \\
       --conf spark.pyspark.python=/opt/venv/bin/python
 """
@@ -65,10 +67,13 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, settings: tuple[st
 
 
 @click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--history", "history", required=True, type=click.Path(dir_okay=False),
-              help="Client history: JSON Lines of Jepsen-style operations (kproxy workload or kproxy history import).")
+@click.option("--history", "history", type=click.Path(dir_okay=False), default=None,
+              help="Client history: JSON Lines of Jepsen-style operations (kproxy workload or kproxy history import). "
+                   "Without it the history is derived from the traces (level `records`): what each client sent, "
+                   "was answered, committed, aborted and was delivered (docs/analysis.md).")
 @click.option("--traces", "traces", type=click.Path(file_okay=False), default=None,
-              help="Trace directory of the proxy (*.events, *.jsonl, *.parquet). Without it only the history checks run.")
+              help="Trace directory of the proxy (*.events, *.jsonl, *.parquet). Without it only the history checks "
+                   "run. Traces of several proxies in one directory are read together.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Output directory; report.json and report.html are written there.")
 @click.option("--master", default="local[*]", show_default=True,
@@ -86,11 +91,12 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, settings: tuple[st
                    "them a G1c of the form T1 <ww T2 <wr T1 is normal Kafka behaviour (tolerated); without them "
                    "only wr edges are searched and any G1c is an error. The report's stats.ww_deps says which.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr and no summary on stdout.")
-def analyze(history: str, traces: str | None, out: str, master: str, spark_conf: dict[str, str],
+def analyze(history: str | None, traces: str | None, out: str, master: str, spark_conf: dict[str, str],
             isolation: str, ww_deps: bool, quiet: bool) -> None:
     """Check a client history, and with --traces correlate it with the
     proxy's wire traces, using Spark; write report.json and report.html to
-    --out and print a short summary.
+    --out and print a short summary. With --traces and no --history, check
+    any application: the history is derived from a records-level trace.
 
     History checks follow Jepsen's Kafka queue checker (G1a, lost-write,
     duplicate, poll-skip, ...); wire checks find torn transactions, stale
@@ -112,7 +118,11 @@ def analyze(history: str, traces: str | None, out: str, master: str, spark_conf:
     except MissingPrerequisite as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    problem = _unreadable_history(history)
+    if history is None and traces is None:
+        click.echo("error: give --history, --traces, or both (--traces alone derives the history from the wire)",
+                   err=True)
+        sys.exit(EXIT_USAGE)
+    problem = _unreadable_history(history) if history is not None else None
     if problem is not None:
         click.echo(f"error: {problem}", err=True)
         sys.exit(EXIT_USAGE)

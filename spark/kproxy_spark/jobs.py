@@ -56,9 +56,9 @@ class JobCounter:
 
 def _input_bytes(history_path, traces_dir) -> int:  # noqa: ANN001
     """Bytes the analysis reads (local files only; a URL counts as large)."""
-    if "://" in str(history_path):
+    if "://" in str(history_path) or "://" in str(traces_dir):
         return 1 << 40
-    size = Path(history_path).stat().st_size
+    size = Path(history_path).stat().st_size if history_path is not None else 0
     if traces_dir is not None:
         size += sum(p.stat().st_size for p in Path(traces_dir).rglob("*") if p.is_file())
     return size
@@ -89,7 +89,7 @@ def check_trace_versions(traces_dir: str | os.PathLike) -> None:
 
 
 def analyze(
-    history_path: str | os.PathLike,
+    history_path: str | os.PathLike | None,
     traces_dir: str | os.PathLike | None,
     out_dir: str | os.PathLike,
     master: str = "local[*]",
@@ -107,8 +107,11 @@ def analyze(
     and their Python is checked before any input is read
     (kproxy_spark.cluster); a cluster they cannot run the analysis on raises
     ClusterSetupError."""
+    derived = history_path is None
+    if derived and traces_dir is None:
+        raise InputError("give a history, traces, or both: without a history the verdict is derived from the traces")
     # A URL (hdfs://, s3a://) is Spark's to open; only local paths are checked here.
-    if "://" not in str(history_path) and not Path(history_path).is_file():
+    if not derived and "://" not in str(history_path) and not Path(history_path).is_file():
         raise InputError(f"history not found: {history_path}")
     if traces_dir is not None and not Path(traces_dir).is_dir():
         raise InputError(f"trace directory not found: {traces_dir}")
@@ -118,7 +121,7 @@ def analyze(
 
     try:
         # Imported Jepsen histories keep their keyword/string keys and values here.
-        names = load_names(history_path)
+        names = None if derived else load_names(history_path)
     except NamesFormatError as exc:
         raise InputError(str(exc)) from None
     out = Path(out_dir)
@@ -163,10 +166,18 @@ def analyze(
     from kproxy_spark.session import size_for_input, storage_level
 
     size_for_input(spark, input_bytes, QUICK_START_BYTES)
-    # Parsed once: the statistics, the pass and the wire job all read the
-    # operations, and parsing JSON costs more than reading kept rows back.
-    ops = load_history(spark, str(history_path)).persist(storage_level(spark))
-    cached = [ops]
+    traces = None
+    derivation: dict = {}
+    if derived:
+        # The history is the trace's account of the clients (kproxy_spark.derived).
+        raw, traces, ops, derivation = _derived_history(spark, traces_dir, isolation, step)
+        cached = [raw, ops]
+        phases["derive_history"] = round(time.monotonic() - started - phases.get("spark_start", 0.0), 3)
+    else:
+        # Parsed once: the statistics, the pass and the wire job all read the
+        # operations, and parsing JSON costs more than reading kept rows back.
+        ops = load_history(spark, str(history_path)).persist(storage_level(spark))
+        cached = [ops]
 
     def history_stats() -> tuple[dict, list, dict]:
         describe_jobs(ops, "history totals")
@@ -188,16 +199,19 @@ def analyze(
         from kproxy_spark.traces import load_traces
         from kproxy_spark.wire import read_wire_rows, wire_frame
 
-        # lean: an idle consumer's repeated empty Fetch responses keep their
-        # events but not their partitions (nothing the checks read is lost).
-        traces = load_traces(spark, traces_dir, lean=True).cache()
-        cached.append(traces)
-        describe_jobs(traces, "wire checks and statistics")
-        return read_wire_rows(wire_frame(ops, traces, isolation, cached).collect())
+        read = traces
+        if read is None:
+            # lean: an idle consumer's repeated empty Fetch responses keep their
+            # events but not their partitions (nothing the checks read is lost).
+            read = load_traces(spark, traces_dir, lean=True).cache()
+            cached.append(read)
+        describe_jobs(read, "wire checks and statistics")
+        return read_wire_rows(wire_frame(ops, read, isolation, cached).collect())
 
     # The three are independent: run concurrently, Spark interleaves their
     # jobs (the history pass is mostly Python, the wire job mostly JVM).
-    step(f"checking {history_path}" + (f" and {traces_dir}" if traces_dir is not None else ""))
+    step(f"checking {'the history derived from ' + str(traces_dir) if derived else history_path}"
+         + (f" and {traces_dir}" if traces_dir is not None and not derived else ""))
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="kproxy-analyze") as pool:
         stats_job = pool.submit(timed("history_stats", history_stats))
         checks_job = pool.submit(timed("history_checks", history_checks))
@@ -206,7 +220,8 @@ def analyze(
         history_cases, unseen, micro_ops = checks_job.result()
         wire_cases, wire_stats = wire_job.result() if wire_job is not None else ({}, {})
     if not totals["ops"]:
-        raise InputError(f"no operations in {history_path}")
+        raise InputError(f"no operations in {history_path}" if not derived else
+                         f"the traces in {traces_dir} show no client sending or reading a record")
     stats: dict = {**summary_counts(summary_rows, micro_ops), **timeline}
     stats["completed_ops"] = totals["completed"]
     stats["history_start_ns"] = totals["start"]
@@ -216,6 +231,8 @@ def analyze(
     stats["unseen_over_time"] = unseen
     if names is not None:
         stats["names"] = names
+    if derived:
+        stats["derived_history"] = derivation
     stats.update(wire_stats)
     from kproxy_spark.attribution import attribute_run
     from kproxy_spark.report import INFORMATIONAL
@@ -240,6 +257,26 @@ def analyze(
     report["stats"]["spark_jobs"] = jobs.count()
     write_json(report, str(out / "report.json"))
     return report
+
+
+def _derived_history(spark, traces_dir, isolation: str, step: Progress):  # noqa: ANN001, ANN202
+    """(the traces as read, kept; the same identified; the derived operations, kept; what the derivation saw)."""
+    from kproxy_spark.derived import describe, identity
+    from kproxy_spark.derived.history import derive_history
+    from kproxy_spark.session import storage_level
+    from kproxy_spark.traces import load_traces
+
+    step(f"deriving the clients' history from {traces_dir}")
+    raw = load_traces(spark, traces_dir, lean=True).cache()
+    keys = identity.collect_keys(raw)
+    if not keys.records:
+        raw.unpersist()
+        raise InputError(
+            f"the traces in {traces_dir} carry no records: a verdict without a history needs the proxy's trace "
+            "level `records` (kproxy run --trace-level records), which keeps every record sent and fetched")
+    traces = identity.identify_records(raw, keys)
+    ops = derive_history(spark, traces, keys, isolation).persist(storage_level(spark))
+    return raw, traces, ops, describe.derivation(ops, keys)
 
 
 def main(argv: list[str] | None = None) -> int:

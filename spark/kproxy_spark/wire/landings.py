@@ -97,7 +97,7 @@ def produce_attempts(traces: DataFrame) -> DataFrame:
     """One row per record per Produce request event (copies included), with
     the partition's answer: response_error, landed_offset and a status of
     ok | error | not-delivered | lost (its connection closed with it in
-    flight: `lost_reason`) | no-response."""
+    flight: `lost_reason`) | no-response, and when the answer came (response_ns)."""
     records = trace_records(traces).where((F.col("api") == "produce") & (F.col("direction") == "request"))
     responses = trace_partitions(traces).where(
         (F.col("api") == "produce") & (F.col("direction") == "response")
@@ -152,6 +152,7 @@ def produce_attempts(traces: DataFrame) -> DataFrame:
         F.coalesce(
             (F.col("response_ns") - F.col("response_upstream_ms") * 1e6).cast("long"), F.col("mono_ns")
         ).alias("delivery_ns"),
+        "response_ns",
     )
 
 

@@ -1,0 +1,241 @@
+"""The operations of docs/history.md, derived from an identified trace
+(kproxy_spark.derived.identity): what each client did and was told.
+
+* **Transactions.** The records a transactional producer's Produce requests
+  carried, grouped by the client-side synthetic transaction number (per
+  transactional id, producer id and epoch), make one `txn` operation. It
+  completes with what the client's own EndTxn asked and was answered:
+  commit answered without error `ok`; abort answered without error `fail`
+  (`aborted`); an error, no answer or no EndTxn `info`.
+* **Other sends.** The records of one Produce request of any other producer
+  make one `send` operation: `ok` when every record was acknowledged, else
+  `info` (the wire cannot prove a write did not land).
+* **A send's outcome** is the best answer the client got for that record
+  over its retries (a retry carries the same identity): the offset of the
+  first acknowledgement, else none. Copies the proxy made are not the client's.
+* **Polls.** Each Fetch response that delivered records to the application
+  is one `poll` by the process of its connection: its data records, less what
+  a read_committed client drops by the aborted-transactions list and what
+  lies below the offset the request asked from (when the trace carries it).
+  Each consumer connection subscribes first to every key it ever reads, so
+  a rebalance's skips are tolerated as Jepsen tolerates them.
+* **create** ops pin each key to its topic-partition.
+
+Times are nanoseconds since the first traced event, on one clock for every
+proxy (each proxy's monotonic clock moved onto the wall clock it recorded).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from kproxy.protocol.errors import ERROR_NAMES
+from kproxy_spark.derived.identity import Keys
+from kproxy_spark.history import HISTORY_SCHEMA
+from kproxy_spark.traces import EXCHANGE
+from kproxy_spark.wire.landings import TXN_KEY, end_txns, fetched_records, produce_attempts
+
+
+def clock_offsets(traces: DataFrame) -> tuple[dict[str, int], int]:
+    """Per proxy id, what moves its monotonic nanoseconds onto the wall clock, and the first event's
+    time on that clock (one small job)."""
+    rows = traces.groupBy(F.coalesce("proxy_id", F.lit("")).alias("proxy_id")).agg(
+        F.min((F.col("wall_time") * 1e9).cast("long") - F.col("mono_ns")).alias("offset"),
+        F.min("mono_ns").alias("first")).collect()
+    offsets = {r["proxy_id"]: int(r["offset"] or 0) for r in rows}
+    start = min((int(r["first"] or 0) + offsets[r["proxy_id"]] for r in rows), default=0)
+    return offsets, start
+
+
+def _on_one_clock(mono: Column, offsets: Mapping[str, int]) -> Column:
+    shift = F.create_map(*[x for proxy, off in offsets.items() for x in (F.lit(proxy), F.lit(off))])
+    return mono + F.coalesce(F.element_at(shift, F.coalesce(F.col("proxy_id"), F.lit(""))), F.lit(0))
+
+
+def _error_name(code: Column) -> Column:
+    names = F.create_map(*[x for c, name in sorted(ERROR_NAMES.items()) for x in (F.lit(c), F.lit(name))])
+    return F.coalesce(F.element_at(names, code), code.cast("string"))
+
+
+def client_sends(attempts: DataFrame, offsets: Mapping[str, int]) -> DataFrame:
+    """One row per record a client sent, over its retries: where and when, and what it was told.
+
+    A record is named by its identity (key, value) when its producer is
+    idempotent, else by the request and position that carried it (such a
+    record has no identity before the answer gives it an offset).
+    """
+    own = attempts.where((F.col("copy") == 0) & F.col("key_long").isNotNull()).withColumn(
+        "t", _on_one_clock(F.col("mono_ns"), offsets)).withColumn(
+        "t_done", _on_one_clock(F.coalesce("response_ns", "mono_ns"), offsets))
+    identity = F.when(F.col("value_long").isNotNull(), F.concat_ws(
+        "/", F.lit("id"), *TXN_KEY, "key_long", "value_long")).otherwise(F.concat_ws(
+            "/", F.lit("at"), *EXCHANGE, "topic", "partition", "record_index"))
+    first = F.struct("t", "correlation_id")
+    acked = F.col("status") == "ok"
+    return own.withColumn("send_id", identity).groupBy("send_id").agg(
+        F.min_by(F.struct(*EXCHANGE), first).alias("first_exchange"),
+        F.min_by("txn_client", first).alias("txn_client"),
+        *[F.first(c).alias(c) for c in (*TXN_KEY, "key_long", "transactional", "producer_id")],
+        F.min_by("record_index", first).alias("record_index"),
+        F.min("t").alias("t"),
+        F.max("t_done").alias("t_done"),
+        F.first("value_long", ignorenulls=True).alias("identity"),
+        F.min_by(F.when(acked, F.col("landed_offset")), F.when(acked, first)).alias("offset"),
+        F.max(acked).alias("acked"),
+        F.max_by(F.when(F.col("status") == "error", F.col("response_error")),
+                 F.when(F.col("status") == "error", first)).alias("last_error"),
+        F.max_by("status", first).alias("last_status"),
+    ).withColumn(
+        # Not idempotent and never acknowledged: no identity, so a value of its own that nothing reads.
+        "value", F.coalesce("identity", "offset", -1 - F.abs(F.xxhash64("send_id")) % F.lit(1 << 40)),
+    )
+
+
+def _send_mop(done: bool) -> Column:
+    pair = F.concat(F.lit("["), F.col("offset").cast("string"), F.lit(","), F.col("value").cast("string"), F.lit("]"))
+    argument = F.when(F.col("offset").isNotNull(), pair).otherwise(F.col("value").cast("string")) if done \
+        else F.col("value").cast("string")
+    return F.concat(F.lit('["send",'), F.col("key_long").cast("string"), F.lit(","), argument, F.lit("]"))
+
+
+def _mop_list(sorted_mops: Column) -> Column:
+    return F.concat(F.lit("["), F.array_join(F.transform(sorted_mops, lambda m: m["mop"]), ","), F.lit("]"))
+
+
+def _send_ops(sends: DataFrame, group: list[Column | str], process: Column) -> DataFrame:
+    """Invoke and completion text of one operation per group of sends (type and error left to the caller)."""
+    mop = F.struct("t", "key_long", "record_index", _send_mop(False).alias("mop"))
+    done = F.struct("t", "key_long", "record_index", _send_mop(True).alias("mop"))
+    return sends.groupBy(*group).agg(
+        F.first(process).alias("label"),
+        F.min("t").alias("t_invoke"),
+        F.max("t_done").alias("t_sends_done"),
+        _mop_list(F.array_sort(F.collect_list(mop))).alias("invoke_value"),
+        _mop_list(F.array_sort(F.collect_list(done))).alias("done_value"),
+        F.min(F.col("acked").cast("int")).alias("all_acked"),
+        F.first(F.when(~F.col("acked"), F.coalesce(_error_name(F.col("last_error")), F.col("last_status"))),
+                ignorenulls=True).alias("send_error"),
+    )
+
+
+def transaction_ops(sends: DataFrame, ends: DataFrame, offsets: Mapping[str, int]) -> DataFrame:
+    """One `txn` operation per client transaction, completed by the client's own EndTxn."""
+    txn = [*TXN_KEY, "txn_client"]
+    ops = _send_ops(sends.where(F.col("transactional") & F.col("txn_client").isNotNull()), txn,
+                    F.concat_ws("/", F.lit("txn"), "txn_id", "txn_pid"))
+    # The client's last EndTxn for the transaction (a retry repeats it); copies the proxy made are not the client's.
+    last = Window.partitionBy(*txn).orderBy(F.col("mono_ns").desc())
+    own_ends = ends.where((F.col("copy") == 0) & F.col("txn_client").isNotNull()).withColumn(
+        "_n", F.row_number().over(last)).where(F.col("_n") == 1).select(
+        *txn, "end_txn_commit", "response_error_code",
+        _on_one_clock(F.col("response_ns"), offsets).alias("t_end"))
+    joined = ops.join(own_ends, txn, "left")
+    answered_ok = F.col("t_end").isNotNull() & (F.coalesce("response_error_code", F.lit(0)) == 0)
+    kind = (F.when(answered_ok & F.col("end_txn_commit"), "ok")
+            .when(answered_ok & ~F.col("end_txn_commit"), "fail").otherwise("info"))
+    error = (F.when(answered_ok & F.col("end_txn_commit"), F.lit(None).cast("string"))
+             .when(answered_ok, "aborted")
+             .when(F.col("end_txn_commit").isNull(), "no-end-txn")
+             .when(F.col("t_end").isNull(), "no-response")
+             .otherwise(_error_name(F.col("response_error_code"))))
+    return joined.select("label", "t_invoke", F.coalesce("t_end", "t_sends_done").alias("t_done"),
+                         F.lit("txn").alias("f"), "invoke_value", "done_value", kind.alias("type"), error.alias("error"))
+
+
+def plain_send_ops(sends: DataFrame) -> DataFrame:
+    """One `send` operation per Produce request of a producer that is not transactional."""
+    producer = F.when(F.col("producer_id") >= 0, F.concat_ws("/", F.lit("producer"), "first_exchange.proxy_id",
+                                                             "producer_id")).otherwise(
+        F.concat_ws("/", F.lit("conn"), "first_exchange.proxy_id", "first_exchange.conn_id"))
+    ops = _send_ops(sends.where(~F.coalesce("transactional", F.lit(False))), ["first_exchange"], producer)
+    ok = F.col("all_acked") == 1
+    return ops.select("label", "t_invoke", F.col("t_sends_done").alias("t_done"), F.lit("send").alias("f"),
+                      "invoke_value", "done_value", F.when(ok, "ok").otherwise("info").alias("type"),
+                      F.when(~ok, F.coalesce("send_error", F.lit("no-response"))).alias("error"))
+
+
+def delivered_reads(fetched: DataFrame, offsets: Mapping[str, int]) -> DataFrame:
+    """The data records each Fetch response delivered to its application (the client's own responses only)."""
+    dropped = F.col("read_committed") & F.coalesce("listed_aborted", F.lit(False))
+    below = F.lit(False)
+    if "fetch_offset" in fetched.columns:
+        below = F.coalesce(F.col("offset") < F.col("fetch_offset"), F.lit(False))
+    return fetched.where((F.col("copy") == 0) & F.col("control").isNull() & F.col("key_long").isNotNull()
+                         & F.col("value_long").isNotNull() & ~dropped & ~below).select(
+        *EXCHANGE, "key_long", "value_long", "offset",
+        _on_one_clock(F.col("mono_ns") - (F.coalesce("latency_ms", F.lit(0.0)) * 1e6).cast("long"),
+                      offsets).alias("t_invoke"),
+        _on_one_clock(F.col("mono_ns"), offsets).alias("t_done"),
+    )
+
+
+def poll_ops(reads: DataFrame) -> DataFrame:
+    """One `poll` per Fetch response that delivered records, by its connection's process."""
+    label = F.concat_ws("/", F.lit("consumer"), "proxy_id", "conn_id")
+    per_key = reads.groupBy(*EXCHANGE, "key_long").agg(
+        F.min("t_invoke").alias("t_invoke"), F.max("t_done").alias("t_done"),
+        F.array_sort(F.collect_list(F.array("offset", "value_long"))).alias("pairs"))
+    polls = per_key.groupBy(*EXCHANGE).agg(
+        F.min("t_invoke").alias("t_invoke"), F.max("t_done").alias("t_done"),
+        F.map_from_entries(F.collect_list(F.struct(F.col("key_long").cast("string"), "pairs"))).alias("read"))
+    return polls.select(
+        label.alias("label"), "t_invoke", "t_done", F.lit("poll").alias("f"),
+        F.lit('[["poll"]]').alias("invoke_value"),
+        F.concat(F.lit('[["poll",'), F.to_json("read"), F.lit("]]")).alias("done_value"),
+        F.lit("ok").alias("type"), F.lit(None).cast("string").alias("error"))
+
+
+def subscribe_ops(reads: DataFrame) -> DataFrame:
+    """Each consumer connection subscribes, just before its first poll, to every key it reads."""
+    label = F.concat_ws("/", F.lit("consumer"), "proxy_id", "conn_id")
+    return reads.groupBy(label.alias("label")).agg(
+        (F.min("t_invoke") - 1).alias("t_invoke"), F.to_json(F.array_sort(F.collect_set("key_long"))).alias("keys"),
+    ).select("label", "t_invoke", F.col("t_invoke").alias("t_done"), F.lit("subscribe").alias("f"),
+             F.col("keys").alias("invoke_value"), F.col("keys").alias("done_value"), F.lit("ok").alias("type"),
+             F.lit(None).cast("string").alias("error"))
+
+
+def _rows(ops: DataFrame) -> DataFrame:
+    """Each operation as its invoke row and its completion row; `phase` orders the two."""
+    invoke = ops.select("label", F.col("t_invoke").alias("t"), F.lit(0).alias("phase"), "f",
+                        F.lit("invoke").alias("type"), F.col("invoke_value").alias("value"),
+                        F.lit(None).cast("string").alias("error"))
+    done = ops.select("label", F.greatest("t_done", "t_invoke").alias("t"), F.lit(1).alias("phase"), "f", "type",
+                      F.col("done_value").alias("value"), "error")
+    return invoke.unionByName(done)
+
+
+def create_ops(spark: SparkSession, keys: Keys) -> DataFrame:
+    """`create` ops, one per key, before everything else."""
+    rows = [(-1, 0, "ok", "create", json.dumps([key, topic, partition]), None)
+            for key, (topic, partition) in enumerate(keys.partitions)]
+    return spark.createDataFrame(rows, "t long, phase int, type string, f string, value string, error string"
+                                 ).withColumn("label", F.lit("~create"))
+
+
+def derive_history(spark: SparkSession, traces: DataFrame, keys: Keys, isolation: str = "auto") -> DataFrame:
+    """The history the identified `traces` tell: a frame of HISTORY_SCHEMA, in time order, indexed 0, 1, ..."""
+    offsets, start = clock_offsets(traces)
+    sends = client_sends(produce_attempts(traces), offsets)
+    reads = delivered_reads(fetched_records(traces, isolation), offsets)
+    ops = (transaction_ops(sends, end_txns(traces), offsets)
+           .unionByName(plain_send_ops(sends))
+           .unionByName(poll_ops(reads))
+           .unionByName(subscribe_ops(reads)))
+    rows = _rows(ops)
+    rows = rows.withColumn("t", F.col("t") - F.lit(start)).unionByName(create_ops(spark, keys))
+    # Processes numbered by first appearance; every operation of one process in time order.
+    first_seen = rows.groupBy("label").agg(F.min(F.struct("t", "phase")).alias("first"))
+    process = first_seen.select("label", (F.row_number().over(Window.orderBy("first", "label")) - 1).alias("process"))
+    ordered = rows.join(process, "label")
+    index = F.row_number().over(Window.orderBy("t", "phase", "process")) - 1
+    return ordered.select(
+        index.cast("long").alias("index"), F.greatest(F.col("t"), F.lit(0)).cast("long").alias("time"),
+        F.when(F.col("f") == "create", F.lit(0)).otherwise(F.col("process")).cast("long").alias("process"),
+        "type", "f", "value", "error",
+    ).select(*[F.col(f.name).cast(f.dataType) for f in HISTORY_SCHEMA.fields])
