@@ -128,8 +128,9 @@ def analyze(history: str | None, traces: str | None, out: str, master: str, spar
         sys.exit(EXIT_USAGE)
     try:
         from kproxy_spark.cluster import ClusterSetupError
-        from kproxy_spark.jobs import InputError, analyze as run_analysis
-        from kproxy_spark.report import format_summary, exit_code
+        from kproxy_spark.jobs import InputError
+        from kproxy_spark.jobs import analyze as run_analysis
+        from kproxy_spark.report import exit_code, format_summary
     except ImportError as exc:  # present (checked above) but broken
         click.echo(f"error: the analysis dependencies do not import: {exc}; reinstall them: "
                    f"pip install --force-reinstall 'kproxy[analysis]'", err=True)

@@ -22,7 +22,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kproxy_spark.cluster import ClusterSetupError, is_local, prepare_cluster
-from kproxy_spark.report import EXIT_INTERNAL, EXIT_USAGE, build_report, describe_jobs, exit_code, format_summary, write_json
+from kproxy_spark.report import (
+    EXIT_INTERNAL,
+    EXIT_USAGE,
+    build_report,
+    describe_jobs,
+    exit_code,
+    format_summary,
+    write_json,
+)
 
 Progress = Callable[[str], None]
 
@@ -40,7 +48,7 @@ class JobCounter:
     """How many Spark jobs the analysis launched: every job it runs is in one
     job group, which Spark's status tracker lists."""
 
-    def __init__(self, spark) -> None:  # noqa: ANN001
+    def __init__(self, spark) -> None:
         import uuid
 
         self._context = spark.sparkContext
@@ -54,7 +62,7 @@ class JobCounter:
         return len(self._context.statusTracker().getJobIdsForGroup(self._group))
 
 
-def _input_bytes(history_path, traces_dir) -> int:  # noqa: ANN001
+def _input_bytes(history_path, traces_dir) -> int:
     """Bytes the analysis reads (local files only; a URL counts as large)."""
     if "://" in str(history_path) or "://" in str(traces_dir):
         return 1 << 40
@@ -95,7 +103,7 @@ def analyze(
     master: str = "local[*]",
     isolation: str = "auto",
     progress: Progress = _quiet,
-    spark=None,  # noqa: ANN001 - an existing SparkSession (tests, notebooks)
+    spark=None,
     ww_deps: bool = True,
     spark_conf: dict[str, str] | None = None,
 ) -> dict:
@@ -127,7 +135,13 @@ def analyze(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    from kproxy_spark.checks import allowed_anomalies, cases_of, summary, summary_counts, unseen_series
+    from kproxy_spark.checks import (
+        allowed_anomalies,
+        cases_of,
+        summary,
+        summary_counts,
+        unseen_series,
+    )
     from kproxy_spark.checks.kernel import UNSEEN_BUCKET_NS
     from kproxy_spark.checks.keypass import run_pass
     from kproxy_spark.history import load_history
@@ -259,7 +273,7 @@ def analyze(
     return report
 
 
-def _derived_history(spark, traces_dir, isolation: str, step: Progress):  # noqa: ANN001, ANN202
+def _derived_history(spark, traces_dir, isolation: str, step: Progress):
     """(the traces as read, kept; the same identified; the derived operations, kept; what the derivation saw)."""
     from kproxy_spark.derived import describe, identity
     from kproxy_spark.derived.history import derive_history

@@ -38,7 +38,12 @@ from kproxy.protocol.errors import ERROR_NAMES
 from kproxy_spark.derived.identity import Keys
 from kproxy_spark.history import HISTORY_SCHEMA
 from kproxy_spark.traces import EXCHANGE
-from kproxy_spark.wire.landings import TXN_KEY, end_txns, fetched_records, produce_attempts
+from kproxy_spark.wire.landings import (
+    TXN_KEY,
+    end_txns,
+    fetched_records,
+    produce_attempts,
+)
 
 
 def clock_offsets(traces: DataFrame) -> tuple[dict[str, int], int]:
