@@ -341,7 +341,7 @@ class ClientConnection:
         in_flight = self.in_flight
         frames_counter = self.proxy.request_frame_counters
         tracing = self.proxy.trace is not None
-        trace_produce = self.proxy.trace_records
+        framed = events.framed_requests if tracing else ()
         now = trio.current_time()
         run_start = offsets[0]  # start of the run of frames forwarded untouched
         ends = offsets[1:]
@@ -366,7 +366,7 @@ class ClientConnection:
                     in_flight[header.correlation_id] = ex
                 ex.sent = now
                 if tracing:
-                    if trace_produce and api_key == apis.PRODUCE:
+                    if api_key in framed:
                         row = events.fast_request(self, ex, end - start - 4, block[start:end], header)
                     else:
                         row = events.fast_request(self, ex, end - start - 4)

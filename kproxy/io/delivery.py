@@ -87,8 +87,8 @@ class Delivery:
         """A request off the fast path: plan it, carry the plan out, release what its arrival releases."""
         plan = self.pipeline.on_request(ex, self.clock())
         events = self.events
-        if events is not None and events.records and ex.api_key == apis.PRODUCE:
-            events.produce_records(ex, ex.request_frame, ex.header)
+        if events is not None and events.records:
+            events.request_records(ex)
         await self.carry_out(conn, ex, plan)
         for entry in self.pipeline.released_by_arrival(ex):
             entry.token.set()

@@ -16,17 +16,29 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kproxy.obs.trace_records import FetchResponseRecords, ProduceRequestRecords, ProduceResponseRecords, RawPartitions
+from kproxy.obs.trace_records import (
+    POSITION_APIS,
+    CommitResponseRecords,
+    FetchResponseRecords,
+    ProduceRequestRecords,
+    ProduceResponseRecords,
+    RawPartitions,
+    RequestRecords,
+)
 from kproxy.obs.trace_schema import FIELD_NAMES
 from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis, record_views
 from kproxy.protocol.error_scan import response_error_codes
 from kproxy.protocol.produce_peek import body_start
+from kproxy.protocol.request_peek import FACT_APIS, OFFSET_COMMIT, request_facts
+
+COMMIT_APIS = frozenset({OFFSET_COMMIT, apis.TXN_OFFSET_COMMIT})
 
 # What fills each field of an exchange's event, as an expression over the
 # builder's arguments: conn (its conn_id, client_addr, node_id; None for a
 # delivery of the proxy's own), ex (the Exchange), direction, size, wall,
-# mono, proxy_id, latency, upstream, codes, partitions, upstream_partitions.
+# mono, proxy_id, latency, upstream, codes, partitions, upstream_partitions,
+# isolation_level, group_id.
 CELLS = {
     "wall_time": "wall",
     "mono_ns": "mono",
@@ -58,6 +70,8 @@ CELLS = {
     "copy": "ex.copy",
     "partitions": "partitions",
     "upstream_partitions": "upstream_partitions",
+    "isolation_level": "isolation_level",
+    "group_id": "group_id",
 }
 # A close event: why a connection (or a link of the proxy's own) closed, and what it left unanswered.
 CLOSE_CELLS = {
@@ -90,7 +104,7 @@ def _compile(name: str, params: str, cells: dict[str, str], prelude: str = "") -
 exchange_row = _compile(
     "exchange_row",
     "conn, ex, direction, size, wall, mono, proxy_id, latency=None, upstream=None, codes=None, "
-    "partitions=None, upstream_partitions=None",
+    "partitions=None, upstream_partitions=None, isolation_level=None, group_id=None",
     CELLS,
     "    txn = ex.txn[0] if ex.txn else None\n",
 )
@@ -145,8 +159,11 @@ class PendingRow:
                         codes = response_error_codes(ex.api_key, ex.api_version, frame)
             raw = None
         if self.direction != "response":
+            isolation = group = None
+            if type(partitions) is RequestRecords:
+                isolation, group = partitions.facts()
             return exchange_row(self.conn, ex, "request", self.size, self.wall, self.mono, self.proxy_id,
-                                partitions=partitions)
+                                partitions=partitions, isolation_level=isolation, group_id=group)
         if codes is None:
             codes = response_error_codes(ex.api_key, ex.api_version, raw) if raw is not None else []
         return exchange_row(
@@ -169,6 +186,11 @@ class TraceEvents:
         self.records = records
         self.topic_names = topic_names
         self.ledger = ledger
+        # Fast-path requests whose frame goes to the writer with their event:
+        # a Fetch's isolation level and a group API's group id are read from
+        # it at either level, and at `records` the Produce batches, the Fetch
+        # positions and the committed offsets.
+        self.framed_requests = FACT_APIS | {apis.PRODUCE} if records else FACT_APIS
 
     def produce_records(self, ex: Exchange, frame: bytes, header: Any) -> None:
         """At level `records`: the Produce request's batches, scanned by the writer later."""
@@ -176,10 +198,24 @@ class TraceEvents:
             ex.api_version, frame, body_start(frame, 4, header), self.topic_names, self.ledger
         )
 
+    def request_records(self, ex: Exchange) -> None:
+        """At level `records`, a request off the fast path: what the writer traces of it later."""
+        if ex.api_key == apis.PRODUCE:
+            self.produce_records(ex, ex.request_frame, ex.header)
+        elif ex.api_key in POSITION_APIS and ex.header.body_offset >= 0:
+            ex.request_partitions = RequestRecords(
+                ex.api_key, ex.api_version, ex.request_frame, 4 + ex.header.body_offset, self.topic_names,
+                self.ledger, decoded=ex.request_body,
+            )
+
     def request(self, conn: Any, ex: Exchange) -> list[Any]:
         frame = ex.request_frame
+        isolation = group = None
+        if ex.api_key in FACT_APIS and frame and ex.header is not None and ex.header.body_offset >= 0:
+            isolation, group = request_facts(ex.api_key, ex.api_version, frame, 4 + ex.header.body_offset)
         return exchange_row(conn, ex, "request", len(frame) - 4 if frame else 0, time.time(), time.monotonic_ns(),
-                            self.proxy_id, partitions=ex.request_partitions)
+                            self.proxy_id, partitions=ex.request_partitions, isolation_level=isolation,
+                            group_id=group)
 
     def response(
         self, conn: Any, ex: Exchange, size: int, codes: list[int], decoded: Any, now: float, upstream: Any = None
@@ -197,6 +233,8 @@ class TraceEvents:
                 partitions = record_views.fetch_response_partitions(decoded, names)
                 if upstream is not None:
                     upstream_partitions = record_views.fetch_response_partitions(upstream, names)
+            elif ex.api_key in COMMIT_APIS:
+                partitions = record_views.offset_commit_response_partitions(decoded, names)
         return exchange_row(
             conn, ex, "response", size, time.time(), time.monotonic_ns(), self.proxy_id,
             latency=(now - ex.arrived) * 1000.0,
@@ -210,11 +248,20 @@ class TraceEvents:
                          self.proxy_id)
 
     def fast_request(self, conn: Any, ex: Exchange, size: int, frame: bytes | None = None, header: Any = None) -> PendingRow:
-        """A request the fast path forwards untouched; at `records` a Produce comes with its frame and header."""
-        if frame is not None and self.records:
-            self.produce_records(ex, frame, header)
-        return PendingRow(conn, ex, "request", size, ex.request_partitions, None, 0.0, time.time(),
-                          time.monotonic_ns(), self.proxy_id)
+        """A request the fast path forwards untouched; those of `framed_requests` come with their frame and header."""
+        raw = ex.request_partitions
+        if frame is not None:
+            if ex.api_key == apis.PRODUCE:
+                if self.records:
+                    self.produce_records(ex, frame, header)
+                    raw = ex.request_partitions
+            elif header.body_offset >= 0:
+                # Read by the writer: the facts at either level, the partitions at `records` only
+                # (at `headers` the writer clears them unread, so the frame is not counted as queued).
+                counted = self.records and ex.api_key in POSITION_APIS
+                raw = RequestRecords(ex.api_key, ex.api_version, frame, 4 + header.body_offset, self.topic_names,
+                                     self.ledger if counted else None)
+        return PendingRow(conn, ex, "request", size, raw, None, 0.0, time.time(), time.monotonic_ns(), self.proxy_id)
 
     def fast_response(
         self, conn: Any, ex: Exchange, frame: bytes | None, now: float, *,
@@ -236,6 +283,8 @@ class TraceEvents:
                 )
             elif ex.api_key == apis.PRODUCE and frame is not None:
                 raw = ProduceResponseRecords(ex.request_partitions, ex.api_version, frame, ledger=self.ledger)
+            elif ex.api_key in COMMIT_APIS and frame is not None:
+                raw = CommitResponseRecords(ex.api_key, ex.api_version, frame, self.topic_names, self.ledger)
         if not isinstance(raw, RawPartitions) and codes is None and frame is not None and (
             ex.api_key == apis.FETCH or len(frame) > self.DEFER_FRAME_BYTES
         ):

@@ -42,7 +42,7 @@ from typing import Any
 
 import orjson
 
-from kproxy.obs.trace_schema import unreadable_version
+from kproxy.obs.trace_schema import FIELD_NAMES, unreadable_version
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +123,17 @@ def iter_parquet_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
             raise TraceFileError(f"{path}: unreadable Parquet trace: {exc}") from exc
         log.warning("%s: skipping an unreadable Parquet trace (killed before close?): %s", path, exc)
         return
+    # A file written before a nullable field was added lacks its column: null, as in a newer file.
+    missing = dict.fromkeys(name for name in FIELD_NAMES if name not in parquet.schema_arrow.names)
     for batch in parquet.iter_batches():
         if "schema_version" in batch.schema.names:
             for version in batch.column("schema_version").unique().to_pylist():
                 _check_version(version, str(path))
-        yield from batch.to_pylist()
+        events = batch.to_pylist()
+        if missing:
+            for event in events:
+                event.update(missing)
+        yield from events
 
 
 def iter_file_events(path: Path, *, strict: bool = False) -> Iterator[dict]:

@@ -8,6 +8,10 @@ and aborted-transactions list, the header of every record batch, and the raw
 batches, which `store(bytes) -> (file name, offset)` appends to the trace's
 side file. The event's `records` stay null; readers decode them from the side
 file (kproxy.obs.trace_files, spark/kproxy_spark/traces.py). Nothing here decompresses.
+
+A consumer's requests (Fetch positions, OffsetCommit and TxnOffsetCommit
+offsets) and the commits' answers are small and carry no records: those
+frames are decoded with kio, by the writer, not on the data path.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kproxy.obs.trace_schema import PARTITION
-from kproxy.protocol import batch_scan
+from kproxy.protocol import apis, batch_scan, codec, record_views, request_peek
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +33,9 @@ Store = Callable[..., tuple[str, int]]  # (raw bytes, key=None) -> (side file na
 # served the same batches at the same offsets. Smaller ones are not worth the hash.
 DEDUPE_MIN_BYTES = 64 * 1024
 SIDE_FIELDS = ("compression", "batches", "records", "records_file", "records_offset", "records_length")
+# Requests whose partitions level `records` traces without records: where a
+# Fetch asked to read from, the offsets a commit commits.
+POSITION_APIS = frozenset({apis.FETCH, request_peek.OFFSET_COMMIT, apis.TXN_OFFSET_COMMIT})
 
 
 def _partition(**values: Any) -> dict[str, Any]:
@@ -284,3 +291,110 @@ class FetchResponseRecords(RawPartitions):
     def _forget(self) -> None:
         self.frame = b""
         self._walk = None
+
+
+class RequestRecords(RawPartitions):
+    """A consumer's request: a Fetch's positions, an OffsetCommit's or TxnOffsetCommit's offsets, read by the writer.
+
+    Fetch requests and OffsetCommit ride the fast path and are never decoded
+    there; the writer decodes the frame with kio (a Fetch request is a few
+    hundred bytes: 1-2 µs) when it composes the event. A request the stages
+    decoded anyway (TxnOffsetCommit, for the tracker) comes with its body.
+    The event's isolation level and group id are read in place
+    (kproxy.protocol.request_peek), at either level, for these and the
+    other group APIs (whose partitions stay null). Resolved once: a
+    duplicate copy gets the same partitions.
+    """
+
+    __slots__ = ("api_key", "version", "frame", "body", "topic_names", "decoded", "partitions", "_done")
+
+    def __init__(
+        self, api_key: int, version: int, frame: bytes, body: int, topic_names: Mapping[Any, str] | None = None,
+        ledger: RawLedger | None = None, decoded: Any = None,
+    ) -> None:
+        super().__init__(ledger, len(frame))
+        self.api_key = api_key
+        self.version = version
+        self.frame = frame
+        self.body = body  # where the request body starts in frame
+        self.topic_names = topic_names
+        self.decoded = decoded
+        self.partitions: list[dict[str, Any]] | None = None
+        self._done = False
+
+    def facts(self) -> tuple[int | None, str | None]:
+        """The event's (isolation level, group id)."""
+        if not self.frame:
+            return None, None
+        return request_peek.request_facts(self.api_key, self.version, self.frame, self.body)
+
+    def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        if not self._done:
+            self._done = True
+            if self.api_key in POSITION_APIS:
+                self.partitions = self._decoded_partitions()
+            self.frame = b""
+            self.decoded = None
+            self._scanned()
+        return None if self.partitions is None else [dict(p) for p in self.partitions]
+
+    def _decoded_partitions(self) -> list[dict[str, Any]] | None:
+        try:
+            body = self.decoded
+            if body is None:
+                header = codec.RequestHeader(self.api_key, self.version, 0, None, self.body)
+                body = codec.decode_request(header, self.frame)
+            if self.api_key == apis.FETCH:
+                return record_views.fetch_request_partitions(body, self.topic_names)
+            return record_views.offset_commit_partitions(body, self.topic_names)
+        except (codec.DecodeError, AttributeError) as exc:
+            log.debug("%s request v%d not traced: %s", apis.api_name(self.api_key), self.version, exc)
+            return None
+
+    def _forget(self) -> None:
+        self._done = True
+        self.frame = b""
+        self.decoded = None
+
+
+class CommitResponseRecords(RawPartitions):
+    """An OffsetCommit or TxnOffsetCommit response forwarded untouched: one kio decode gives the event's
+    error codes and each partition's error code."""
+
+    __slots__ = ("api_key", "version", "frame", "topic_names", "_decoded")
+
+    def __init__(
+        self, api_key: int, version: int, frame: bytes, topic_names: Mapping[Any, str] | None = None,
+        ledger: RawLedger | None = None,
+    ) -> None:
+        super().__init__(ledger, len(frame))
+        self.api_key = api_key
+        self.version = version
+        self.frame = frame
+        self.topic_names = topic_names
+        self._decoded: Any = None
+
+    def _body(self) -> Any:
+        if self._decoded is None and self.frame:
+            try:
+                self._decoded = codec.decode_response(self.api_key, self.version, self.frame[4:])
+            except codec.DecodeError as exc:
+                log.debug("%s response v%d not traced: %s", apis.api_name(self.api_key), self.version, exc)
+            self.frame = b""
+        return self._decoded
+
+    def error_codes(self) -> list[int] | None:
+        body = self._body()
+        return None if body is None else codec.error_codes(body)
+
+    def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        body = self._body()
+        self._scanned()
+        self._decoded = None
+        if body is None:
+            return None
+        return record_views.offset_commit_response_partitions(body, self.topic_names)
+
+    def _forget(self) -> None:
+        self.frame = b""
+        self._decoded = None

@@ -23,6 +23,9 @@ SCHEMA_VERSION = 5
 # (kproxy/obs/trace_segments.py: columns in EVENT order, nested fields as
 # JSON text) beside JSON Lines and Parquet, 5 has 4's fields and lets a
 # segment store a nested column's repeated texts once (a dictionary block).
+# Nullable fields added since (isolation_level, group_id, a partition's
+# fetch_offset and committed_offset) kept version 5: a file written before
+# them lacks them, and every reader reads them as null.
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 
@@ -91,6 +94,9 @@ PARTITION = (
     Field("records_file", "string", "version 3: side file (name in the event file's directory) holding the raw record batches"),
     Field("records_offset", "long", "version 3: where they start in records_file"),
     Field("records_length", "long", "version 3: their length in bytes"),
+    Field("fetch_offset", "long", "Fetch request: the offset it asked to read from (an incremental fetch "
+          "session request lists only the partitions whose position changed)"),
+    Field("committed_offset", "long", "OffsetCommit and TxnOffsetCommit request: the offset it commits"),
 )
 
 IN_FLIGHT = (
@@ -134,11 +140,16 @@ EVENT = (
     Field("action", "string", "fault action applied, else null"),
     Field("outcome", "string", "delivered, delayed, held, duplicated, dropped, answered (by the proxy), refused (guard), ghost, rewritten"),
     Field("copy", "int", "0 for the original; 1..n for duplicates delivered by the proxy"),
-    Field("partitions", ("array", ("struct", PARTITION)), "level 'records': per-partition records and offsets; else null"),
+    Field("partitions", ("array", ("struct", PARTITION)), "level 'records': per-partition records and offsets "
+          "(Produce, Fetch responses), positions (Fetch requests), committed offsets and their errors "
+          "(OffsetCommit, TxnOffsetCommit); else null"),
     Field("close_reason", "string", "close events: why the connection closed (see docs/traces.md); else null"),
     Field("in_flight", ("array", ("struct", IN_FLIGHT)), "close events: requests the client had no answer to when it closed; else null"),
     Field("upstream_partitions", ("array", ("struct", PARTITION)),
           "level 'records', a Fetch response a rule rewrote: the partitions as the broker sent them; else null"),
+    Field("isolation_level", "int", "Fetch request v4+: 0 read_uncommitted, 1 read_committed; else null"),
+    Field("group_id", "string", "request of a group API (OffsetCommit, TxnOffsetCommit, AddOffsetsToTxn, "
+          "OffsetFetch, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat): its group id; else null"),
 )
 
 FIELD_NAMES = tuple(f.name for f in EVENT)

@@ -304,9 +304,15 @@ class SegmentFile:
         return decode_payload(memoryview(self.data)[offset : offset + length], self.columns, f"{self.path}:{offset}")
 
     def rows(self) -> Iterator[dict[str, Any]]:
-        """Every event, as dicts keyed by field name (nested fields parsed)."""
+        """Every event, as dicts keyed by field name (nested fields parsed).
+
+        Every field of the schema is there: one the file's writer did not
+        have yet (a nullable field added since, without a version bump) is null.
+        """
         names = [name for name, _ in self.columns]
         kinds = [kind for _, kind in self.columns]
+        missing = [name for name, _ in COLUMNS if name not in names]
+        names += missing
         loads = orjson.loads
         for i in range(len(self.segments)):
             n, cols = self.columns_of(i)
@@ -315,6 +321,7 @@ class SegmentFile:
                     cols[c] = [None if v is None else loads(v) for v in cols[c]]
                 elif kind == "boolean":
                     cols[c] = [None if v is None else bool(v) for v in cols[c]]
+            cols.extend([None] * n for _ in missing)
             for row in zip(*cols):
                 yield dict(zip(names, row))
 

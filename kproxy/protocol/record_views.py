@@ -1,7 +1,8 @@
 """The records-level part of a trace event: per-partition records, offsets and markers.
 
 Each function turns a decoded kio Produce or Fetch payload (any version kio
-knows) into the event's `partitions` list, whose elements are dicts with
+knows; and a consumer's Fetch request and the offsets an OffsetCommit or
+TxnOffsetCommit commits, with their answers) into the event's `partitions` list, whose elements are dicts with
 exactly the PARTITION fields of kproxy.obs.trace_schema, and records with
 exactly the RECORD fields. Keys and values are UTF-8 text when they are valid
 UTF-8, else 'b64:' + base64, so a trace line is always valid JSON.
@@ -179,6 +180,41 @@ def fetch_response_partitions(resp: Any, topic_names: TopicNames | None = None) 
                 )
             )
     return views
+
+
+def fetch_request_partitions(req: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
+    """Where a Fetch request asked to read from, per partition it lists (`fetch_offset`).
+
+    An incremental request of a fetch session (KIP-227, v7+) lists only the
+    partitions whose position changed; the others stay where the session's
+    earlier requests put them. Forgotten topics are left out.
+    """
+    return [
+        _partition_view(topic=topic_text(topic, topic_names), partition=int(part.partition),
+                        fetch_offset=int(part.fetch_offset))
+        for topic in req.topics
+        for part in topic.partitions
+    ]
+
+
+def offset_commit_partitions(req: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
+    """The offsets an OffsetCommit or TxnOffsetCommit request commits, per partition (`committed_offset`)."""
+    return [
+        _partition_view(topic=topic_text(topic, topic_names), partition=int(part.partition_index),
+                        committed_offset=int(part.committed_offset))
+        for topic in req.topics
+        for part in topic.partitions
+    ]
+
+
+def offset_commit_response_partitions(resp: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
+    """An OffsetCommit or TxnOffsetCommit response's error code per partition."""
+    return [
+        _partition_view(topic=topic_text(topic, topic_names), partition=int(part.partition_index),
+                        error_code=int(part.error_code))
+        for topic in resp.topics
+        for part in topic.partitions
+    ]
 
 
 def side_records(raw: bytes | memoryview, api: str | None, direction: str | None, partition: Mapping[str, Any]) -> list[dict[str, Any]] | None:
