@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "soak": ("kproxy.cli.soak", "soak", "Soak a proxy under load and rotating faults; check every request's outcome."),
     "demo": ("kproxy.cli.demo", "demo", "Broker, proxy, scenario rules, workload and analysis in one command."),
     "shrink": ("kproxy.cli.shrink", "shrink", "Shrink a failing run to the smallest rules and workload that still show its anomaly."),
+    "test": ("kproxy.cli.test", "kproxy_test", "Run your own command or test suite through kproxy and judge its traffic."),
 }
 
 
