@@ -184,8 +184,8 @@ def analyze(
     derivation: dict = {}
     if derived:
         # The history is the trace's account of the clients (kproxy_spark.derived).
-        raw, traces, ops, derivation = _derived_history(spark, traces_dir, isolation, step)
-        cached = [raw, ops]
+        traces, ops, derivation = _derived_history(spark, traces_dir, isolation, step)
+        cached = [traces, ops]
         phases["derive_history"] = round(time.monotonic() - started - phases.get("spark_start", 0.0), 3)
     else:
         # Parsed once: the statistics, the pass and the wire job all read the
@@ -274,7 +274,7 @@ def analyze(
 
 
 def _derived_history(spark, traces_dir, isolation: str, step: Progress):
-    """(the traces as read, kept; the same identified; the derived operations, kept; what the derivation saw)."""
+    """(the traces with their records identified, kept; the derived operations, kept; what the derivation saw)."""
     from kproxy_spark.derived import describe, identity
     from kproxy_spark.derived.history import derive_history
     from kproxy_spark.session import storage_level
@@ -288,9 +288,13 @@ def _derived_history(spark, traces_dir, isolation: str, step: Progress):
         raise InputError(
             f"the traces in {traces_dir} carry no records: a verdict without a history needs the proxy's trace "
             "level `records` (kproxy run --trace-level records), which keeps every record sent and fetched")
-    traces = identity.identify_records(raw, keys)
-    ops = derive_history(spark, traces, keys, isolation).persist(storage_level(spark))
-    return raw, traces, ops, describe.derivation(ops, keys)
+    # Every reader downstream reads the identified records: rewrite them once and keep that instead.
+    traces = identity.identify_records(raw, keys).persist(storage_level(spark))
+    traces.count()
+    raw.unpersist()
+    # Checkpointed: the checks then plan over stored rows, not over the derivation's joins and windows.
+    ops = derive_history(spark, traces, keys, isolation).localCheckpoint(eager=True)
+    return traces, ops, describe.derivation(ops, keys)
 
 
 def main(argv: list[str] | None = None) -> int:

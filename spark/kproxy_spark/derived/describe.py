@@ -48,3 +48,22 @@ def derivation(ops: DataFrame, keys: Keys) -> dict:
         "proxies": list(keys.proxy_ids),
         "not_applicable": {check: why for check, (need, why) in NEEDS.items() if not present[need]},
     }
+
+
+#: Classes a history written by the clients can show and one derived from the wire cannot, and why.
+HISTORY_ONLY = {
+    "precommitted-read": "a derived operation is a producer's transaction or a consumer's poll, never both: a "
+                         "client that reads inside its own transaction shows as two processes",
+    "abort-position": "it needs the reads a transaction made, and a derived transaction holds only its sends",
+    "G1c": "its cycles need an operation that both wrote and read; derived operations do one or the other",
+    "G1c-cycle-exists": "as G1c",
+    "int-poll-skip": "a derived poll is one Fetch response, where the client's poll may join several",
+    "int-nonmonotonic-poll": "as int-poll-skip",
+}
+
+#: History causes (`causes` of poll-skip cases) a derived history cannot establish, and why.
+HISTORY_ONLY_CAUSES = {
+    "read-in-aborted-txn": "which reads belonged to a transaction that aborted is the client's knowledge; on the "
+                           "wire a consumer's reads are its own process's, all acknowledged (the exactly-once "
+                           "check finds such input when the transaction commits its offsets)",
+}

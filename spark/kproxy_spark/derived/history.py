@@ -35,9 +35,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from kproxy.protocol.errors import ERROR_NAMES
+from kproxy.testing.final_read import FINAL_READER
 from kproxy_spark.derived.identity import Keys
 from kproxy_spark.history import HISTORY_SCHEMA
-from kproxy_spark.traces import EXCHANGE
+from kproxy_spark.traces import EXCHANGE, with_coalesced_ids
 from kproxy_spark.wire.landings import (
     TXN_KEY,
     end_txns,
@@ -164,15 +165,28 @@ def plain_send_ops(sends: DataFrame) -> DataFrame:
                       F.when(~ok, F.coalesce("send_error", F.lit("no-response"))).alias("error"))
 
 
-def delivered_reads(fetched: DataFrame, offsets: Mapping[str, int]) -> DataFrame:
-    """The data records each Fetch response delivered to its application (the client's own responses only)."""
-    dropped = F.col("read_committed") & F.coalesce("listed_aborted", F.lit(False))
-    below = F.lit(False)
-    if "fetch_offset" in fetched.columns:
-        below = F.coalesce(F.col("offset") < F.col("fetch_offset"), F.lit(False))
+def fetch_positions(traces: DataFrame) -> DataFrame:
+    """What each Fetch request asked: per partition the offset to read from, and the isolation level."""
+    requests = with_coalesced_ids(traces).where(
+        (F.col("api") == "fetch") & (F.col("direction") == "request") & F.col("partitions").isNotNull())
+    return requests.select(*EXCHANGE, "isolation_level", F.explode("partitions").alias("p")).select(
+        *EXCHANGE, F.col("p.topic").alias("topic"), F.col("p.partition").alias("partition"),
+        F.col("p.fetch_offset").alias("fetch_offset"), F.col("isolation_level").alias("asked_isolation"))
+
+
+def delivered_reads(fetched: DataFrame, positions: DataFrame, offsets: Mapping[str, int]) -> DataFrame:
+    """The data records each Fetch response delivered to its application (the client's own responses only).
+
+    Where the request is traced with its position and isolation level, records below the position (a
+    batch starts before it) are not delivered, and the level decides whether the aborted list drops records.
+    """
+    fetched = fetched.join(positions, [*EXCHANGE, "topic", "partition"], "left")
+    committed = F.coalesce(F.col("asked_isolation") == 1, F.col("read_committed"))
+    dropped = committed & F.coalesce("listed_aborted", F.lit(False))
+    below = F.coalesce(F.col("offset") < F.col("fetch_offset"), F.lit(False))
     return fetched.where((F.col("copy") == 0) & F.col("control").isNull() & F.col("key_long").isNotNull()
                          & F.col("value_long").isNotNull() & ~dropped & ~below).select(
-        *EXCHANGE, "key_long", "value_long", "offset",
+        *EXCHANGE, "client_id", "key_long", "value_long", "offset",
         _on_one_clock(F.col("mono_ns") - (F.coalesce("latency_ms", F.lit(0.0)) * 1e6).cast("long"),
                       offsets).alias("t_invoke"),
         _on_one_clock(F.col("mono_ns"), offsets).alias("t_done"),
@@ -195,12 +209,21 @@ def poll_ops(reads: DataFrame) -> DataFrame:
         F.lit("ok").alias("type"), F.lit(None).cast("string").alias("error"))
 
 
+def _final_reader(client_id: Column) -> Column:
+    """The final reader of `kproxy test` (FINAL_READER), or of kproxy's own workload (`PREFIX-final-pN`)."""
+    return F.coalesce((client_id == FINAL_READER) | client_id.rlike(r"-final-p\d+$"), F.lit(False))
+
+
 def subscribe_ops(reads: DataFrame) -> DataFrame:
-    """Each consumer connection subscribes, just before its first poll, to every key it reads."""
+    """Each consumer connection subscribes, just before its first poll, to every key it reads; a final
+    reader's (FINAL_READER client id) assigns them instead, which is how the report knows the history
+    ends with final reads."""
     label = F.concat_ws("/", F.lit("consumer"), "proxy_id", "conn_id")
     return reads.groupBy(label.alias("label")).agg(
         (F.min("t_invoke") - 1).alias("t_invoke"), F.to_json(F.array_sort(F.collect_set("key_long"))).alias("keys"),
-    ).select("label", "t_invoke", F.col("t_invoke").alias("t_done"), F.lit("subscribe").alias("f"),
+        F.max(_final_reader(F.col("client_id"))).alias("final"),
+    ).select("label", "t_invoke", F.col("t_invoke").alias("t_done"),
+             F.when(F.col("final"), "assign").otherwise("subscribe").alias("f"),
              F.col("keys").alias("invoke_value"), F.col("keys").alias("done_value"), F.lit("ok").alias("type"),
              F.lit(None).cast("string").alias("error"))
 
@@ -227,7 +250,7 @@ def derive_history(spark: SparkSession, traces: DataFrame, keys: Keys, isolation
     """The history the identified `traces` tell: a frame of HISTORY_SCHEMA, in time order, indexed 0, 1, ..."""
     offsets, start = clock_offsets(traces)
     sends = client_sends(produce_attempts(traces), offsets)
-    reads = delivered_reads(fetched_records(traces, isolation), offsets)
+    reads = delivered_reads(fetched_records(traces, isolation), fetch_positions(traces), offsets)
     ops = (transaction_ops(sends, end_txns(traces), offsets)
            .unionByName(plain_send_ops(sends))
            .unionByName(poll_ops(reads))

@@ -11,11 +11,11 @@ check").
 
 from __future__ import annotations
 
-from kproxy_spark.wire import facts, fetch, produce, stats, transactions
+from kproxy_spark.wire import exactly_once, facts, fetch, produce, stats, transactions
 from kproxy_spark.wire.check import BY_RULES, INFO, Order, WireCheck, WireTable
 from kproxy_spark.wire.diagnoses import DIAGNOSES
 
-WIRE_CHECKS: tuple[WireCheck, ...] = (*transactions.CHECKS, *produce.CHECKS, *fetch.CHECKS)
+WIRE_CHECKS: tuple[WireCheck, ...] = (*transactions.CHECKS, *exactly_once.CHECKS, *produce.CHECKS, *fetch.CHECKS)
 WIRE_TABLES: tuple[WireTable, ...] = (facts.TABLE, *stats.TABLES)
 
 BY_NAME: dict[str, WireCheck | WireTable] = {entry.name: entry for entry in (*WIRE_CHECKS, *WIRE_TABLES)}

@@ -1,0 +1,160 @@
+"""Exactly-once for consume-transform-produce: the input offsets the
+transactions committed, per consumer group and input partition.
+
+An exactly-once application commits its consumer's position inside each
+transaction (TxnOffsetCommit), so what the broker committed is a chain of
+offsets per group and input partition, one link per committed transaction,
+each transaction standing for the input between the previous link and its
+own. The trace gives each TxnOffsetCommit, the transaction that decided it
+(the first EndTxn the broker took for the producer's broker-side
+transaction: a stale copy's decision is the one that counts), and every
+record each Fetch response delivered. Two things break the chain:
+
+* **overlap**: a committed transaction committed an offset below the link
+  before it: the input between the two is turned into committed output
+  twice (duplicates downstream);
+* **gap**: input inside a link was never delivered to a consumer while the
+  transaction that commits past it was being made: its input was consumed
+  without its output being committed (loss). After an aborted transaction
+  that had committed offsets for the partition, the input between the last
+  committed offset and the aborted one must be delivered again after the
+  abort (the consumer goes back to the committed position: KAFKA-17582 is
+  the client that does not). A consumer that fetches ahead is not held to
+  more: only input below the aborted transaction's offset must come again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.window import Window
+
+from kproxy_spark.traces import with_coalesced_ids
+from kproxy_spark.wire import phrases as say
+from kproxy_spark.wire.check import BY_RULES, ERROR, WireCheck
+from kproxy_spark.wire.landings import TXN_KEY, _producer_key, exchanges
+from kproxy_spark.wire.views import WireViews
+
+GROUP_PARTITION = ("group_id", "topic", "partition")
+#: At most this many offsets of one gap are listed in its case.
+LISTED = 16
+
+
+def offset_commits(traces: DataFrame) -> DataFrame:
+    """Every TxnOffsetCommit a client sent, per partition: group, offset, its transaction and its answer."""
+    commits = exchanges(with_coalesced_ids(traces).where(
+        (F.col("api") == "txn_offset_commit") & F.col("copy").isin(0)))
+    parts = commits.where((F.col("direction") == "request") & F.col("partitions").isNotNull()).select(
+        "group_id", "mono_ns", *_producer_key("transactional_id", "producer_id", "producer_epoch"), "txn_client",
+        "txn_broker", "conn_id", "correlation_id", "delivered", "response_error_code",
+        F.explode("partitions").alias("p"))
+    return parts.select(
+        "group_id", F.col("p.topic").alias("topic"), F.col("p.partition").alias("partition"),
+        F.col("p.committed_offset").alias("committed_offset"), "mono_ns", *TXN_KEY, "txn_client", "txn_broker",
+        "conn_id", "correlation_id",
+        (F.col("delivered") & (F.coalesce("response_error_code", F.lit(0)) == 0)).alias("ok"),
+    ).where(F.col("committed_offset").isNotNull() & F.col("group_id").isNotNull())
+
+
+def _decisions(views: WireViews) -> DataFrame:
+    """Per producer and broker-side transaction: the EndTxn the broker took (the first delivered one it did
+    not refuse), when, and the rule behind it if it was a stale copy."""
+    taken = views.ends.where(F.col("delivered") & F.col("txn_broker").isNotNull()
+                             & (F.coalesce("response_error_code", F.lit(0)) == 0))
+    first = Window.partitionBy(*TXN_KEY, "txn_broker").orderBy("delivery_ns", "mono_ns", "copy")
+    return taken.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).select(
+        *TXN_KEY, "txn_broker", F.col("end_txn_commit").alias("decided_commit"),
+        F.col("delivery_ns").alias("decided_ns"),
+        F.when(F.col("hazard").isNotNull(), F.col("rule")).alias("decided_rule"))
+
+
+def committed_chain(views: WireViews) -> DataFrame:
+    """Each offset commit with its fate, and for committed ones the link before it in its group partition."""
+    decided = offset_commits(views.traces).where("ok").join(_decisions(views), [*TXN_KEY, "txn_broker"], "left")
+    link = Window.partitionBy(*GROUP_PARTITION).orderBy("decided_ns", "mono_ns")
+    committed = decided.where(F.col("decided_commit")).withColumns({
+        "prev_offset": F.lag("committed_offset").over(link),
+        "prev_ns": F.lag("decided_ns").over(link),
+        "prev_rule": F.lag("decided_rule").over(link),
+    })
+    return committed.unionByName(decided.where(~F.coalesce("decided_commit", F.lit(True))), allowMissingColumns=True)
+
+
+def _overlaps(chain: DataFrame) -> DataFrame:
+    back = chain.where(F.col("decided_commit") & (F.col("committed_offset") < F.col("prev_offset")))
+    return back.select(
+        *GROUP_PARTITION, F.lit("overlap").alias("kind"), "mono_ns", "conn_id", "correlation_id", "txn_id",
+        "txn_client", F.col("committed_offset").alias("from_offset"), F.col("prev_offset").alias("to_offset"),
+        F.array().cast("array<bigint>").alias("offsets"), F.lit(0).alias("missing"),
+        F.array_sort(F.array_compact(F.array_distinct(F.array("decided_rule", "prev_rule")))).alias("rules"))
+
+
+def _gaps(views: WireViews, chain: DataFrame) -> DataFrame:
+    """Input records inside a committed link that no consumer was delivered while its transaction was made."""
+    links = chain.where(F.col("decided_commit") & (F.col("committed_offset") > F.col("prev_offset")))
+    aborted = chain.where(~F.coalesce("decided_commit", F.lit(True))).select(
+        *GROUP_PARTITION, F.col("committed_offset").alias("aborted_offset"), F.col("decided_ns").alias("abort_ns"),
+        F.col("decided_rule").alias("abort_rule"))
+    # The aborted transactions that ended between a link's two commits.
+    between = links.join(aborted, list(GROUP_PARTITION)).where(
+        (F.col("abort_ns") > F.col("prev_ns")) & (F.col("abort_ns") < F.col("decided_ns")))
+    recommit = between.groupBy(*GROUP_PARTITION, "decided_ns").agg(
+        F.max("aborted_offset").alias("aborted_offset"), F.max("abort_ns").alias("abort_ns"),
+        F.collect_set("abort_rule").alias("abort_rules"))
+    links = links.join(recommit, [*GROUP_PARTITION, "decided_ns"], "left")
+    # Every input record the log shows inside a link (the log's own records only: data that landed and committed).
+    records = views.log.where(F.col("key_long").isNotNull() & (F.coalesce("next_marker_fate", "fate") == "committed")
+                              ).select("topic", "partition", "offset")
+    inside = links.join(records, ["topic", "partition"]).where(
+        (F.col("offset") >= F.col("prev_offset")) & (F.col("offset") < F.col("committed_offset")))
+    reads = views.fetched.where((F.col("copy") == 0) & F.col("control").isNull()
+                                & ~(F.col("read_committed") & F.coalesce("listed_aborted", F.lit(False)))).select(
+        "topic", "partition", "offset", F.col("mono_ns").alias("read_ns"))
+    read = inside.join(reads, ["topic", "partition", "offset"], "left")
+    again = F.col("aborted_offset").isNotNull() & (F.col("offset") < F.col("aborted_offset"))
+    per_record = read.groupBy(*GROUP_PARTITION, "decided_ns", "offset").agg(
+        F.max(F.coalesce(F.col("read_ns") <= F.col("decided_ns"), F.lit(False))).alias("read_before"),
+        F.max(F.coalesce((F.col("read_ns") > F.col("abort_ns")) & (F.col("read_ns") <= F.col("decided_ns")),
+                         F.lit(False))).alias("read_again"),
+        F.first(again).alias("must_again"),
+        *[F.first(c).alias(c) for c in ("mono_ns", "conn_id", "correlation_id", "txn_id", "txn_client", "prev_offset",
+                                        "committed_offset", "decided_rule", "abort_rules")],
+    )
+    missing = per_record.where(~F.col("read_before") | (F.col("must_again") & ~F.col("read_again")))
+    return missing.groupBy(*GROUP_PARTITION, "decided_ns").agg(
+        F.lit("gap").alias("kind"), *[F.first(c).alias(c) for c in ("mono_ns", "conn_id", "correlation_id", "txn_id",
+                                                                      "txn_client")],
+        F.first("prev_offset").alias("from_offset"), F.first("committed_offset").alias("to_offset"),
+        F.slice(F.array_sort(F.collect_list("offset")), 1, LISTED).alias("offsets"),
+        F.count(F.lit(1)).alias("missing"),
+        F.array_sort(F.array_compact(F.array_distinct(F.flatten(F.array(
+            F.array(F.first("decided_rule")), F.coalesce(F.first("abort_rules"), F.array().cast("array<string>"))))))
+        ).alias("rules"),
+    ).drop("decided_ns")
+
+
+def exactly_once_breaks(views: WireViews) -> DataFrame:
+    """Per group and input partition: committed offsets that went back (overlap) or skipped input (gap)."""
+    chain = committed_chain(views)
+    return _overlaps(chain).unionByName(_gaps(views, chain))
+
+
+def _explain(case: dict[str, Any]) -> str:
+    where = f"group {case['group_id']} on {case['topic']}[{case['partition']}]"
+    txn = f"transaction {case['txn_client']} of {case['txn_id']} {say.at(case['conn_id'], case['correlation_id'])}"
+    if case["kind"] == "overlap":
+        return (f"{where}: committed {txn} moved the committed offset back from {case['to_offset']} to "
+                f"{case['from_offset']}, so that input is turned into committed output twice")
+    listed = ", ".join(map(str, case["offsets"])) + (" ..." if case["missing"] > len(case["offsets"]) else "")
+    return (f"{where}: committed {txn} committed offset {case['to_offset']} past {case['missing']} input record(s) "
+            f"from offset {case['from_offset']} (offsets {listed}) that no consumer was delivered while it was made"
+            " (after an aborted transaction, the consumer must read again from the committed offset), so their"
+            " output was never committed")
+
+
+CHECKS = (
+    WireCheck("exactly-once", ERROR, (("mono_ns", False), ("topic", False), ("partition", False)),
+              exactly_once_breaks, BY_RULES, _explain),
+)
