@@ -98,18 +98,16 @@ def _with_idle_fetches(run: Path, out: Path, copies: int) -> tuple[int, int]:
     out.mkdir(parents=True)
     with open(out / "trace-idle-20260101T000000-000000.events", "wb") as f:
         f.write(file_header())
-        for start in range(0, len(rows), 512):
-            f.write(encode_segment(rows[start : start + 512]))
+        f.writelines(encode_segment(rows[start : start + 512]) for start in range(0, len(rows), 512))
     return len(events), idle
 
 
 def test_idle_fetches_keep_their_events_and_change_no_finding(analysed, spark, tmp_path):
     """noida-db's idle consumers flood the trace with empty Fetch responses: the analysis reads their
     partitions once per distinct text (load_traces(lean=True)) and finds exactly what it finds without them."""
-    from pyspark.sql import functions as F
-
     from kproxy_spark.jobs import analyze
     from kproxy_spark.traces import load_traces, trace_partitions
+    from pyspark.sql import functions as F
 
     run = RECORDED / "noida-torn-transaction"
     events, idle = _with_idle_fetches(run, tmp_path / "traces", copies=12)
@@ -162,3 +160,48 @@ def test_on_noida_the_writes_a_stale_commit_cut_off_from_their_transaction_are_t
         assert evidence in cause["text"], cause["text"]
     g1a = [c["cause"] for c in report["anomalies"]["G1a"] if (c["key"], c["value"]) == (4, 3)]
     assert g1a and all(c["name"] == "cut-off-by-stale-end-txn" and "committed it" in c["text"] for c in g1a)
+
+
+@pytest.fixture(scope="module")
+def derived(spark, tmp_path_factory):
+    """The same runs' verdicts with no history: derived from their traces alone."""
+    from kproxy_spark.jobs import analyze
+
+    reports: dict[str, dict] = {}
+
+    def get(name: str) -> dict:
+        if name not in reports:
+            out = tmp_path_factory.mktemp(f"{name}-derived")
+            reports[name] = analyze(None, str(RECORDED / name / "traces"), str(out), spark=spark)
+        return reports[name]
+
+    return get
+
+
+def _blamed_rules(report: dict, skip_causes: set[str] = frozenset()) -> dict[str, set[str]]:
+    """Per anomaly class, the rules its cases are blamed on (cases with any of `skip_causes` left out)."""
+    blamed: dict[str, set[str]] = {}
+    for anomaly, cases in report["anomalies"].items():
+        for case in cases if isinstance(cases, list) else []:
+            cause = case.get("cause") or {}
+            if cause.get("by") == "rule" and not skip_causes & set(case.get("causes") or ()):
+                blamed.setdefault(anomaly, set()).add(cause["rule"])
+    return blamed
+
+
+@pytest.mark.parametrize("name", ["tansu-torn-transaction", "noida-torn-transaction", "noida-healthy"])
+def test_the_verdict_from_the_wire_alone_blames_the_rule_for_what_the_history_does(analysed, derived, name):
+    from kproxy_spark.derived.describe import HISTORY_ONLY, HISTORY_ONLY_CAUSES
+
+    by_history = _blamed_rules(analysed(name), set(HISTORY_ONLY_CAUSES))
+    by_wire = _blamed_rules(derived(name))
+    for anomaly, rules in by_history.items():
+        if anomaly not in HISTORY_ONLY:
+            assert rules <= by_wire.get(anomaly, set()), (anomaly, rules, by_wire.get(anomaly))
+    report = derived(name)
+    assert report["stats"]["final_reads"]
+    assert report["stats"]["derived_history"]["transactional_producers"] > 0
+    if name == "noida-healthy":
+        assert by_wire == {}
+    else:
+        assert {"torn-transaction", "G1a"} <= set(by_wire)
