@@ -135,7 +135,8 @@ async def written(writer: TraceWriter) -> list[dict]:
 
 
 def positions(event: dict) -> list[tuple[str, int, int | None, int | None]]:
-    return [(p["topic"], p["partition"], p["fetch_offset"], p["committed_offset"]) for p in event["partitions"]]
+    # These entries hold only the fields that apply; the others read as null.
+    return [(p["topic"], p["partition"], p.get("fetch_offset"), p.get("committed_offset")) for p in event["partitions"]]
 
 
 # ------------------------------------------------------------------ Fetch requests
@@ -170,8 +171,7 @@ async def test_a_fetch_request_carries_each_listed_position_and_its_isolation_le
     assert positions(committed) == positions(uncommitted) == want
     assert (committed["isolation_level"], uncommitted["isolation_level"]) == (1, 0)
     assert committed["api"] == "fetch" and committed["direction"] == "request" and committed["group_id"] is None
-    assert all(p["records"] is None and p["batches"] is None and p["error_code"] is None
-               for p in committed["partitions"])
+    assert all(set(p) == {"topic", "partition", "fetch_offset"} for p in committed["partitions"])
 
 
 async def test_a_fetch_by_a_topic_id_not_yet_named_traces_the_id_as_text(tmp_path: Path) -> None:
@@ -208,6 +208,36 @@ async def test_a_fetch_off_the_fast_path_is_traced_alike(tmp_path: Path) -> None
     writer.offer(events.request(Conn, ex))
     (event,) = await written(writer)
     assert (positions(event), event["isolation_level"], event["rule"]) == ([("orders", 0, 17, None)], 1, "slow")
+
+
+async def test_a_repeated_fetch_is_decoded_once_and_a_topic_named_since_is_named(tmp_path: Path) -> None:
+    """An idle consumer repeats its Fetch: the writer looks the body up; a topic id Metadata names later is a new key."""
+    writer = TraceWriter(tmp_path, proxy_id="t", level="records")
+    names: dict = {}
+    events = TraceEvents("t", True, names, writer.raw_ledger)
+    body = fetch_request(13, {"orders": [(0, 17)]})
+    for corr in (1, 2):
+        writer.offer(fast_path(events, body, corr)[0])
+    await writer.aclose()  # composed and written: the id was not known yet
+    names.update(NAMES)
+    writer = TraceWriter(tmp_path / "later", proxy_id="t", level="records")
+    events.ledger = writer.raw_ledger
+    writer.offer(fast_path(events, body, 3)[0])
+    first, again, named = [*iter_trace_events(tmp_path), *await written(writer)]
+    assert positions(first) == positions(again) == [(str(TOPIC_ID), 0, 17, None)]
+    assert positions(named) == [("orders", 0, 17, None)]
+    assert len(events.request_views._recent) == 2  # one decode per distinct (body, map)
+
+
+@pytest.mark.parametrize("fmt", ["segments", "jsonl", "parquet"])
+async def test_positions_read_back_from_every_format(tmp_path: Path, fmt: str) -> None:
+    writer = TraceWriter(tmp_path, proxy_id="t", level="records", fmt=fmt)
+    events = TraceEvents("t", True, dict(NAMES), writer.raw_ledger)
+    writer.offer(fast_path(events, fetch_request(12, {"orders": [(0, 17)]}))[0])
+    writer.offer(fast_path(events, offset_commit(8, {0: 18}), 2)[0])
+    fetch, commit = await written(writer)
+    assert (positions(fetch), fetch["isolation_level"]) == ([("orders", 0, 17, None)], 1)
+    assert (positions(commit), commit["group_id"]) == ([("orders", 0, None, 18)], GROUP)
 
 
 # ------------------------------------------------------------------ OffsetCommit and its answer

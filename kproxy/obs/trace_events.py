@@ -24,6 +24,7 @@ from kproxy.obs.trace_records import (
     ProduceResponseRecords,
     RawPartitions,
     RequestRecords,
+    RequestViews,
 )
 from kproxy.obs.trace_schema import FIELD_NAMES
 from kproxy.pipeline.exchange import Exchange
@@ -136,7 +137,9 @@ class PendingRow:
         self.ex = ex
         self.direction = direction
         self.size = size
-        self.raw = raw  # a small response frame, or RawPartitions at level `records`, or None
+        # A small response frame, or RawPartitions at level `records`, or a
+        # request's (frame, body start, RequestViews at `records` else None), or None.
+        self.raw = raw
         self.codes = codes
         self.now = now
         self.wall = wall
@@ -160,8 +163,12 @@ class PendingRow:
             raw = None
         if self.direction != "response":
             isolation = group = None
-            if type(partitions) is RequestRecords:
-                isolation, group = partitions.facts()
+            if type(raw) is tuple:
+                # A consumer's request: its facts, read in place, and at `records` its positions.
+                frame, body, views = raw
+                isolation, group = request_facts(ex.api_key, ex.api_version, frame, body)
+                if views is not None and ex.api_key in POSITION_APIS:
+                    partitions = RequestRecords(ex.api_key, ex.api_version, frame, body, views)
             return exchange_row(self.conn, ex, "request", self.size, self.wall, self.mono, self.proxy_id,
                                 partitions=partitions, isolation_level=isolation, group_id=group)
         if codes is None:
@@ -186,6 +193,7 @@ class TraceEvents:
         self.records = records
         self.topic_names = topic_names
         self.ledger = ledger
+        self.request_views = RequestViews(topic_names)
         # Fast-path requests whose frame goes to the writer with their event:
         # a Fetch's isolation level and a group API's group id are read from
         # it at either level, and at `records` the Produce batches, the Fetch
@@ -204,7 +212,7 @@ class TraceEvents:
             self.produce_records(ex, ex.request_frame, ex.header)
         elif ex.api_key in POSITION_APIS and ex.header.body_offset >= 0:
             ex.request_partitions = RequestRecords(
-                ex.api_key, ex.api_version, ex.request_frame, 4 + ex.header.body_offset, self.topic_names,
+                ex.api_key, ex.api_version, ex.request_frame, 4 + ex.header.body_offset, self.request_views,
                 self.ledger, decoded=ex.request_body,
             )
 
@@ -256,11 +264,9 @@ class TraceEvents:
                     self.produce_records(ex, frame, header)
                     raw = ex.request_partitions
             elif header.body_offset >= 0:
-                # Read by the writer: the facts at either level, the partitions at `records` only
-                # (at `headers` the writer clears them unread, so the frame is not counted as queued).
-                counted = self.records and ex.api_key in POSITION_APIS
-                raw = RequestRecords(ex.api_key, ex.api_version, frame, 4 + header.body_offset, self.topic_names,
-                                     self.ledger if counted else None)
+                # Read by the writer (PendingRow.build): a tuple is all the data path pays for. These
+                # frames are small and carry no records: they do not count towards the queue's bytes.
+                raw = (frame, 4 + header.body_offset, self.request_views if self.records else None)
         return PendingRow(conn, ex, "request", size, raw, None, 0.0, time.time(), time.monotonic_ns(), self.proxy_id)
 
     def fast_response(

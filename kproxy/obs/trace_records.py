@@ -293,23 +293,64 @@ class FetchResponseRecords(RawPartitions):
         self._walk = None
 
 
+class RequestViews:
+    """The positions in a proxy's Fetch, OffsetCommit and TxnOffsetCommit requests, decoded with kio by the writer.
+
+    A consumer with nothing to read sends the same Fetch request again and
+    again (thousands a second to a broker that answers an empty Fetch at
+    once, docs/brokers.md): a body decoded lately is looked up instead of
+    decoded again. Used by the trace writer alone.
+    """
+
+    __slots__ = ("topic_names", "_recent")
+    RECENT_BODIES = 1024
+
+    def __init__(self, topic_names: Mapping[Any, str] | None = None) -> None:
+        self.topic_names = topic_names  # topic id -> name, learnt from Metadata (it only grows)
+        self._recent: dict[tuple, list[dict[str, Any]] | None] = {}
+
+    def of_frame(self, api_key: int, version: int, frame: bytes, body: int) -> list[dict[str, Any]] | None:
+        """The partitions of a request whose body starts at `body` in `frame`; None if it cannot be decoded."""
+        # A topic id the map names since it was last seen makes another key.
+        key = (api_key, version, frame[body:], len(self.topic_names or ()))
+        recent = self._recent
+        if key in recent:
+            return recent[key]
+        try:
+            parts = self.of_body(api_key, version, codec.decode_request_body(api_key, version, frame, body))
+        except codec.DecodeError as exc:
+            log.debug("%s request v%d not traced: %s", apis.api_name(api_key), version, exc)
+            parts = None
+        if len(recent) >= self.RECENT_BODIES:
+            recent.clear()
+        recent[key] = parts
+        return parts
+
+    def of_body(self, api_key: int, version: int, body: Any) -> list[dict[str, Any]] | None:
+        """The partitions of a decoded request."""
+        try:
+            if api_key == apis.FETCH:
+                return record_views.fetch_request_partitions(body, self.topic_names)
+            return record_views.offset_commit_partitions(body, self.topic_names)
+        except AttributeError as exc:
+            log.debug("%s request v%d not traced: %s", apis.api_name(api_key), version, exc)
+            return None
+
+
 class RequestRecords(RawPartitions):
     """A consumer's request: a Fetch's positions, an OffsetCommit's or TxnOffsetCommit's offsets, read by the writer.
 
     Fetch requests and OffsetCommit ride the fast path and are never decoded
-    there; the writer decodes the frame with kio (a Fetch request is a few
-    hundred bytes: 1-2 µs) when it composes the event. A request the stages
-    decoded anyway (TxnOffsetCommit, for the tracker) comes with its body.
-    The event's isolation level and group id are read in place
-    (kproxy.protocol.request_peek), at either level, for these and the
-    other group APIs (whose partitions stay null). Resolved once: a
-    duplicate copy gets the same partitions.
+    there: the data path hands over the frame (PendingRow), and the writer
+    decodes it (RequestViews) when it composes the event. A request the
+    stages decoded anyway (TxnOffsetCommit, for the tracker) comes with its
+    body. Resolved once: a duplicate copy gets the same partitions.
     """
 
-    __slots__ = ("api_key", "version", "frame", "body", "topic_names", "decoded", "partitions", "_done")
+    __slots__ = ("api_key", "version", "frame", "body", "views", "decoded", "partitions", "_done")
 
     def __init__(
-        self, api_key: int, version: int, frame: bytes, body: int, topic_names: Mapping[Any, str] | None = None,
+        self, api_key: int, version: int, frame: bytes, body: int, views: RequestViews,
         ledger: RawLedger | None = None, decoded: Any = None,
     ) -> None:
         super().__init__(ledger, len(frame))
@@ -317,39 +358,22 @@ class RequestRecords(RawPartitions):
         self.version = version
         self.frame = frame
         self.body = body  # where the request body starts in frame
-        self.topic_names = topic_names
+        self.views = views
         self.decoded = decoded
         self.partitions: list[dict[str, Any]] | None = None
         self._done = False
 
-    def facts(self) -> tuple[int | None, str | None]:
-        """The event's (isolation level, group id)."""
-        if not self.frame:
-            return None, None
-        return request_peek.request_facts(self.api_key, self.version, self.frame, self.body)
-
     def resolve(self, store: Store) -> list[dict[str, Any]] | None:
         if not self._done:
             self._done = True
-            if self.api_key in POSITION_APIS:
-                self.partitions = self._decoded_partitions()
+            if self.decoded is not None:
+                self.partitions = self.views.of_body(self.api_key, self.version, self.decoded)
+            else:
+                self.partitions = self.views.of_frame(self.api_key, self.version, self.frame, self.body)
             self.frame = b""
             self.decoded = None
             self._scanned()
-        return None if self.partitions is None else [dict(p) for p in self.partitions]
-
-    def _decoded_partitions(self) -> list[dict[str, Any]] | None:
-        try:
-            body = self.decoded
-            if body is None:
-                header = codec.RequestHeader(self.api_key, self.version, 0, None, self.body)
-                body = codec.decode_request(header, self.frame)
-            if self.api_key == apis.FETCH:
-                return record_views.fetch_request_partitions(body, self.topic_names)
-            return record_views.offset_commit_partitions(body, self.topic_names)
-        except (codec.DecodeError, AttributeError) as exc:
-            log.debug("%s request v%d not traced: %s", apis.api_name(self.api_key), self.version, exc)
-            return None
+        return self.partitions  # shared with a duplicate copy's event, and with repeats: nothing writes to it
 
     def _forget(self) -> None:
         self._done = True

@@ -132,11 +132,18 @@ def _writer(cls: type) -> Any:
 
 def decode_request(header: RequestHeader, payload: bytes, start: int = 0) -> Any:
     """Decode a request body; the frame payload (no length prefix) begins at `start`."""
-    cls = request_type(header.api_key, header.api_version)
-    if cls is None or header.body_offset < 0:
+    if header.body_offset < 0:
         raise DecodeError(f"no decoder for api {header.api_key} v{header.api_version}")
+    return decode_request_body(header.api_key, header.api_version, payload, start + header.body_offset)
+
+
+def decode_request_body(api_key: int, api_version: int, payload: bytes, pos: int) -> Any:
+    """Decode a request body that starts at `pos` in `payload`."""
+    cls = request_type(api_key, api_version)
+    if cls is None:
+        raise DecodeError(f"no decoder for api {api_key} v{api_version}")
     try:
-        value, _ = _reader(cls)(payload, start + header.body_offset)
+        value, _ = _reader(cls)(payload, pos)
     except Exception as exc:  # kio raises a variety of errors on bad input
         raise DecodeError(f"undecodable {cls.__name__}: {exc}") from exc
     return value

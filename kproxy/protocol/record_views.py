@@ -1,10 +1,11 @@
 """The records-level part of a trace event: per-partition records, offsets and markers.
 
 Each function turns a decoded kio Produce or Fetch payload (any version kio
-knows; and a consumer's Fetch request and the offsets an OffsetCommit or
-TxnOffsetCommit commits, with their answers) into the event's `partitions` list, whose elements are dicts with
+knows) into the event's `partitions` list, whose elements are dicts with
 exactly the PARTITION fields of kproxy.obs.trace_schema, and records with
-exactly the RECORD fields. Keys and values are UTF-8 text when they are valid
+exactly the RECORD fields; a consumer's Fetch request, the offsets an
+OffsetCommit or TxnOffsetCommit commits and their answers get entries with
+only the fields that apply. Keys and values are UTF-8 text when they are valid
 UTF-8, else 'b64:' + base64, so a trace line is always valid JSON.
 
 Undecodable record bytes never fail the event: the partition's `records` is
@@ -182,39 +183,54 @@ def fetch_response_partitions(resp: Any, topic_names: TopicNames | None = None) 
     return views
 
 
+def _topic_name(topic: Any, topic_names: TopicNames | None) -> str:
+    """topic_text for a request's or commit's topic entry, looked up once per topic."""
+    name = getattr(topic, "name", None) or getattr(topic, "topic", None)
+    if name is not None:
+        return name
+    return (topic_names or {}).get(topic.topic_id) or str(topic.topic_id)
+
+
+# A consumer's requests and the commits' answers carry no records: their
+# partition entries hold only the fields that apply (the others read as
+# null), a fifth of the JSON of a full entry, for events as frequent as
+# Fetch requests.
+
+
 def fetch_request_partitions(req: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
-    """Where a Fetch request asked to read from, per partition it lists (`fetch_offset`).
+    """Where a Fetch request asked to read from: topic, partition and `fetch_offset` per partition it lists.
 
     An incremental request of a fetch session (KIP-227, v7+) lists only the
     partitions whose position changed; the others stay where the session's
     earlier requests put them. Forgotten topics are left out.
     """
-    return [
-        _partition_view(topic=topic_text(topic, topic_names), partition=int(part.partition),
-                        fetch_offset=int(part.fetch_offset))
-        for topic in req.topics
-        for part in topic.partitions
-    ]
+    views = []
+    for topic in req.topics:
+        name = _topic_name(topic, topic_names)
+        for part in topic.partitions:
+            views.append({"topic": name, "partition": int(part.partition), "fetch_offset": int(part.fetch_offset)})
+    return views
 
 
 def offset_commit_partitions(req: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
-    """The offsets an OffsetCommit or TxnOffsetCommit request commits, per partition (`committed_offset`)."""
-    return [
-        _partition_view(topic=topic_text(topic, topic_names), partition=int(part.partition_index),
-                        committed_offset=int(part.committed_offset))
-        for topic in req.topics
-        for part in topic.partitions
-    ]
+    """The offsets an OffsetCommit or TxnOffsetCommit request commits: topic, partition and `committed_offset`."""
+    views = []
+    for topic in req.topics:
+        name = _topic_name(topic, topic_names)
+        for part in topic.partitions:
+            views.append({"topic": name, "partition": int(part.partition_index),
+                          "committed_offset": int(part.committed_offset)})
+    return views
 
 
 def offset_commit_response_partitions(resp: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
-    """An OffsetCommit or TxnOffsetCommit response's error code per partition."""
-    return [
-        _partition_view(topic=topic_text(topic, topic_names), partition=int(part.partition_index),
-                        error_code=int(part.error_code))
-        for topic in resp.topics
-        for part in topic.partitions
-    ]
+    """An OffsetCommit or TxnOffsetCommit response: topic, partition and `error_code` per partition."""
+    views = []
+    for topic in resp.topics:
+        name = _topic_name(topic, topic_names)
+        for part in topic.partitions:
+            views.append({"topic": name, "partition": int(part.partition_index), "error_code": int(part.error_code)})
+    return views
 
 
 def side_records(raw: bytes | memoryview, api: str | None, direction: str | None, partition: Mapping[str, Any]) -> list[dict[str, Any]] | None:
