@@ -10,6 +10,7 @@ own, and both to one log file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -164,6 +165,38 @@ def stop_group(process: subprocess.Popen[bytes], grace: float = GRACE_S) -> None
         pass
 
 
+@contextlib.contextmanager
+def held_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM are recorded in the yielded list instead of acting, for the block's length.
+
+    A recording handler rather than SIG_IGN or a blocked signal mask: a child
+    started meanwhile gets the default action at exec, where it would inherit
+    an ignored or blocked signal."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    before = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
+              for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield held
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[None]:
+    """The block runs to its end; an interrupt that came meanwhile is raised after it, as KeyboardInterrupt.
+
+    For starting and stopping children: interrupted halfway, a child would be
+    running with nobody left who knows its pid."""
+    with held_signals() as held:
+        yield
+    if held:
+        raise KeyboardInterrupt
+
+
 def run_command(
     argv: Sequence[str],
     *,
@@ -186,27 +219,28 @@ def run_command(
     outcome = CommandOutcome(list(argv))
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    process: subprocess.Popen[bytes] | None = None
+    pumps: list[threading.Thread] = []
+    reason = None
+    held_while_stopping: list[int] = []
     with open(log_path, "ab") as log:
         try:
-            process = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, start_new_session=True)
-        except OSError as exc:
-            outcome.error = f"{argv[0]}: {exc.strerror or exc}"
-            log.write(f"kproxy test: {outcome.error}\n".encode())
-            return outcome
-        lock = threading.Lock()
-        assert process.stdout is not None and process.stderr is not None
-        pumps = [threading.Thread(target=_pump, args=(stream, terminal, log, lock), daemon=True,
-                                  name=f"kproxy-test-{name}")
-                 for stream, terminal, name in ((process.stdout, stdout or sys.stdout, "stdout"),
-                                                (process.stderr, stderr or sys.stderr, "stderr"))]
-        for pump in pumps:
-            pump.start()
-        reason = None
-        try:
+            # An interrupt while the child starts would lose its pid: it waits until `process` holds it
+            # (and is raised inside this try, whose finally stops the child).
+            with held_signals() as held:
+                try:
+                    process = subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                except OSError as exc:
+                    outcome.error = f"{argv[0]}: {exc.strerror or exc}"
+                    log.write(f"kproxy test: {outcome.error}\n".encode())
+                if process is not None:
+                    pumps = _start_pumps(process, log, stdout or sys.stdout, stderr or sys.stderr)
+            if held:
+                raise KeyboardInterrupt
             next_progress = started + PROGRESS_EVERY_S
             next_check = started + 1.0
-            while process.poll() is None:
+            while process is not None and process.poll() is None:
                 now = time.monotonic()
                 if duration is not None and now - started >= duration:
                     outcome.stopped_at_duration = True
@@ -225,12 +259,28 @@ def run_command(
             outcome.interrupted = True
             raise
         finally:
-            # The leader may be gone and its children not: the group goes either way.
-            stop_group(process, grace)
-            outcome.returncode = process.returncode
-            outcome.elapsed_s = time.monotonic() - started
-            for pump in pumps:
-                pump.join(5.0)
-        if reason is not None:
-            raise RuntimeError(reason)
+            if process is not None:
+                # The leader may be gone and its children not: the group goes either way, uninterrupted.
+                with held_signals() as held_while_stopping:
+                    stop_group(process, grace)
+                    outcome.returncode = process.returncode
+                    outcome.elapsed_s = time.monotonic() - started
+                    for pump in pumps:
+                        pump.join(5.0)
+    if held_while_stopping and not outcome.interrupted:
+        outcome.interrupted = True
+        raise KeyboardInterrupt  # it came while the command was being stopped: honoured now
+    if reason is not None:
+        raise RuntimeError(reason)
     return outcome
+
+
+def _start_pumps(process: subprocess.Popen[bytes], log: IO[bytes], stdout: IO[Any],
+                 stderr: IO[Any]) -> list[threading.Thread]:
+    lock = threading.Lock()
+    assert process.stdout is not None and process.stderr is not None
+    pumps = [threading.Thread(target=_pump, args=(stream, terminal, log, lock), daemon=True, name=f"kproxy-test-{name}")
+             for stream, terminal, name in ((process.stdout, stdout, "stdout"), (process.stderr, stderr, "stderr"))]
+    for pump in pumps:
+        pump.start()
+    return pumps

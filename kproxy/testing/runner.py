@@ -9,20 +9,19 @@ verdict failed (EXIT_* below; docs/testing.md has the table and why).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kproxy.brokers import BrokerError
 from kproxy.proxy_process import ProxyProcess
-from kproxy.testing.command import BOOTSTRAP_VARIABLE, CommandOutcome, command_text, run_command, substitute
+from kproxy.testing.command import (
+    BOOTSTRAP_VARIABLE, CommandOutcome, command_text, deferred_interrupt, run_command, substitute,
+)
 from kproxy.testing.harness import Upstream, client_requests, start_tracing_proxy, start_upstream
 
 # The analysis's own codes where they mean the same (kproxy analyze, kproxy_spark.report).
@@ -89,19 +88,6 @@ def exit_status(*, kproxy_failed: bool, verdict_code: int | None, command_failed
     return EXIT_VALID
 
 
-@contextlib.contextmanager
-def uninterrupted() -> Iterator[None]:
-    """Ctrl-C is ignored while what was started stops: a second one must not leave a broker behind."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
 def _watch(proxy: ProxyProcess, upstream: Upstream) -> str | None:
     if not proxy.alive():
         return f"kproxy exited with status {proxy.process.returncode} while the command ran (see {proxy.log_path})"
@@ -122,12 +108,15 @@ def run_test(settings: RunSettings, *, say: Say, echo: Say) -> RunResult:
     try:
         where = settings.bootstrap or f"the embedded {settings.broker} broker"
         say(f"starting {where}" if settings.bootstrap is None else f"checking the broker at {where}")
-        upstream = start_upstream(settings.broker, settings.bootstrap, transaction_version=settings.transaction_version,
-                                  log_path=out / "broker.log", say=say)
+        with deferred_interrupt():  # a Ctrl-C halfway would leave a broker nobody stops
+            upstream = start_upstream(settings.broker, settings.bootstrap,
+                                      transaction_version=settings.transaction_version,
+                                      log_path=out / "broker.log", say=say)
         say(f"starting kproxy in front of {upstream.describe()}, tracing records to {out / 'traces'}"
             + (f", rules {settings.rules}" if settings.rules else "") + (", guard mode" if settings.guard else ""))
-        proxy = start_tracing_proxy(upstream.bootstrap, out / "traces", rules=settings.rules, guard=settings.guard,
-                                    seed=settings.seed, log_path=out / "kproxy.log")
+        with deferred_interrupt():
+            proxy = start_tracing_proxy(upstream.bootstrap, out / "traces", rules=settings.rules,
+                                        guard=settings.guard, seed=settings.seed, log_path=out / "kproxy.log")
         argv = substitute(settings.command, proxy.bootstrap)
         env = {**os.environ, BOOTSTRAP_VARIABLE: proxy.bootstrap, ADMIN_VARIABLE: f"{proxy.host}:{proxy.admin_port}"}
         say(f"running the command with {BOOTSTRAP_VARIABLE}={proxy.bootstrap}: {command_text(argv)}")
@@ -140,7 +129,8 @@ def run_test(settings: RunSettings, *, say: Say, echo: Say) -> RunResult:
     except (BrokerError, RuntimeError, OSError) as exc:
         result.problems.append(str(exc))
     finally:
-        with uninterrupted():
+        # Stopping is bounded; an interrupt meanwhile waits for it (and then ends the run: no analysis).
+        with deferred_interrupt():
             if proxy is not None or upstream is not None:
                 say("stopping kproxy (its trace is flushed)" + (" and the broker" if upstream and upstream.kind else ""))
             if proxy is not None:
