@@ -8,8 +8,30 @@ its consumer read, then asks for the verdict on what crossed the wire.
 import json
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@pytest.fixture(autouse=True)
+def _the_suites_spark_session(spark):
+    """Not part of the example: in kproxy's own suite, the verdict finds the worker's one Spark session
+    (tests/fixtures/spark.py) running and uses it, rather than starting one with other settings."""
+
+
+def create_topic(bootstrap, topic):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+
+
+def write_orders(bootstrap, topic, transactional_id, batches=3, per_batch=4):
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    producer.init_transactions(15)
+    for batch in range(batches):
+        producer.begin_transaction()
+        for n in range(per_batch):
+            producer.produce(topic, key=f"order-{batch}-{n}", value=json.dumps({"batch": batch, "n": n}))
+        producer.commit_transaction(15)
 
 
 def read_committed(bootstrap, topic, group, count, timeout=20.0):
@@ -25,24 +47,17 @@ def read_committed(bootstrap, topic, group, count, timeout=20.0):
 
 def test_committed_orders_are_read_once(kproxy):
     topic = kproxy.fresh_name("orders")
-    admin = AdminClient({"bootstrap.servers": kproxy.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    create_topic(kproxy.bootstrap, topic)
 
-    producer = Producer({"bootstrap.servers": kproxy.bootstrap, "transactional.id": kproxy.fresh_name("orders-tx")})
-    producer.init_transactions(15)
     slow_commit = {"id": "slow-commit", "match": {"api": "EndTxn"}, "action": {"type": "delay", "ms": 300}}
     with kproxy.admin.rule(slow_commit):
-        for batch in range(3):
-            producer.begin_transaction()
-            for n in range(4):
-                producer.produce(topic, key=f"order-{batch}-{n}", value=json.dumps({"batch": batch, "n": n}))
-            producer.commit_transaction(15)
+        write_orders(kproxy.bootstrap, topic, kproxy.fresh_name("orders-tx"))
         assert kproxy.admin.get_rule("slow-commit")["counters"]["applied"] == 3
     assert kproxy.admin.rules() == []
 
     orders = read_committed(kproxy.bootstrap, topic, kproxy.fresh_name("readers"), 12)
     assert sorted((o["batch"], o["n"]) for o in orders) == [(b, n) for b in range(3) for n in range(4)]
 
-    verdict = kproxy.verdict()
+    verdict = kproxy.verdict()  # stops the proxy: the clients are closed by now
     verdict.assert_valid()
     assert verdict.by_rule == {"slow-commit": {}}  # it acted, and caused nothing
