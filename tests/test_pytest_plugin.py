@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from kproxy.testing.admin import AdminClient as KproxyAdmin
 from kproxy.testing.admin import AdminError
 from kproxy.testing.verdict import Verdict
 
@@ -149,7 +148,7 @@ def _child_pytest(directory: Path, *args: str) -> subprocess.CompletedProcess[st
     path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and "without-hypothesis" not in p]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *args],
-                          cwd=directory, capture_output=True, text=True, timeout=90, env=env)
+                          cwd=directory, capture_output=True, text=True, timeout=90, env=env, check=False)
 
 
 def test_a_users_pytest_run_takes_the_broker_from_an_option_or_the_ini_file(tmp_path, kproxy_upstream):
