@@ -276,7 +276,7 @@ def analyze(
 def _derived_history(spark, traces_dir, isolation: str, step: Progress):
     """(the traces with their records identified, kept; the derived operations, kept; what the derivation saw)."""
     from kproxy_spark.derived import describe, identity
-    from kproxy_spark.derived.history import derive_history
+    from kproxy_spark.derived.history import clock_offsets, derive_history
     from kproxy_spark.session import storage_level
     from kproxy_spark.traces import load_traces
 
@@ -290,10 +290,10 @@ def _derived_history(spark, traces_dir, isolation: str, step: Progress):
             "level `records` (kproxy run --trace-level records), which keeps every record sent and fetched")
     # Every reader downstream reads the identified records: rewrite them once and keep that instead.
     traces = identity.identify_records(raw, keys).persist(storage_level(spark))
-    traces.count()
+    clock = clock_offsets(traces)  # the job that fills the kept frame
     raw.unpersist()
     # Checkpointed: the checks then plan over stored rows, not over the derivation's joins and windows.
-    ops = derive_history(spark, traces, keys, isolation).localCheckpoint(eager=True)
+    ops = derive_history(spark, traces, keys, isolation, clock).localCheckpoint(eager=True)
     return traces, ops, describe.derivation(ops, keys)
 
 

@@ -246,9 +246,11 @@ def create_ops(spark: SparkSession, keys: Keys) -> DataFrame:
                                  ).withColumn("label", F.lit("~create"))
 
 
-def derive_history(spark: SparkSession, traces: DataFrame, keys: Keys, isolation: str = "auto") -> DataFrame:
-    """The history the identified `traces` tell: a frame of HISTORY_SCHEMA, in time order, indexed 0, 1, ..."""
-    offsets, start = clock_offsets(traces)
+def derive_history(spark: SparkSession, traces: DataFrame, keys: Keys, isolation: str = "auto",
+                   clock: tuple[dict[str, int], int] | None = None) -> DataFrame:
+    """The history the identified `traces` tell: a frame of HISTORY_SCHEMA, in time order, indexed 0, 1, ...
+    `clock`: clock_offsets(traces), when the caller has it."""
+    offsets, start = clock if clock is not None else clock_offsets(traces)
     sends = client_sends(produce_attempts(traces), offsets)
     reads = delivered_reads(fetched_records(traces, isolation), fetch_positions(traces), offsets)
     ops = (transaction_ops(sends, end_txns(traces), offsets)
