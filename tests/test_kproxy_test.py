@@ -244,20 +244,27 @@ def test_exit_status_precedence(kproxy_failed, verdict, command_failed, expected
     assert exit_status(kproxy_failed=kproxy_failed, verdict_code=verdict, command_failed=command_failed) == expected
 
 
-def test_an_eos_application_run_end_to_end_on_tansu_is_judged(tmp_path):
-    """The consume-transform-produce app of tests/apps, through the proxy, then the verdict with no history."""
+def test_an_eos_application_torn_by_the_rule_is_judged_and_the_rule_blamed(tmp_path):
+    """The consume-transform-produce app of tests/apps (JSON values, aborts, offsets sent to each
+    transaction), through the proxy with the torn-transaction rule on noida-db, then the verdict with no
+    history: every error is the rule's, and the final read made the run judgeable."""
     mark = uuid.uuid4().hex
     out = tmp_path / "out"
-    done = kproxy_test("--broker", "tansu", "--master", "local[2]", "--out", str(out), "--",
+    done = kproxy_test("--broker", "noida", "--rules", str(ROOT / "rules" / "torn-transaction.yaml"),
+                       "--master", "local[2]", "--out", str(out), "--",
                        sys.executable, str(EOS_APP), "{bootstrap}", mark=mark, timeout=220)
     assert (out / "report" / "report.json").is_file(), done.stdout + done.stderr
     assert (out / "report" / "report.html").is_file()
     report = json.loads((out / "report" / "report.json").read_text())
     run = json.loads((out / "run.json").read_text())
-    assert run["command"]["returncode"] == 0 and run["client_requests"] > 0, done.stdout + done.stderr
-    assert report["broker"]["kind"] == "tansu" and report["broker"]["started_by_kproxy"] is True
-    expected = {True: EXIT_VALID, False: EXIT_INVALID}.get(report["valid"], EXIT_UNKNOWN)
-    assert done.returncode == expected == run["exit_code"], done.stdout + done.stderr
-    assert "kproxy analyze: " in done.stdout and "processed 50 records" in done.stdout
-    assert "analysing the trace" in done.stderr
+    assert run["client_requests"] > 0, done.stdout + done.stderr
+    assert report["broker"]["kind"] == "noida" and report["broker"]["started_by_kproxy"] is True
+    assert done.returncode == EXIT_INVALID == run["exit_code"], done.stdout + done.stderr
+    assert report["stats"]["final_reads"] is True
+    causes = report["stats"]["causes"]
+    assert {"G1a", "client-outcome-mismatch"} <= set(report["errors"])
+    for name in report["errors"]:
+        assert set(causes[name]) == {"rule:stale-commit-into-next-txn"}, (name, causes[name])
+    assert "kproxy analyze: INVALID" in done.stdout and "processed 50 records" in done.stdout
+    assert "final read: " in done.stderr and "analysing the trace" in done.stderr
     assert_nothing_left(mark)

@@ -74,6 +74,10 @@ def _terminate(signum: int, frame: object) -> None:
               help="Stop the command after this long (SIGTERM to its process group, SIGKILL 10 s later) and "
                    "judge what it did; for services that run until stopped. Default: wait for it to exit.")
 @click.option("--master", default="local[*]", show_default=True, metavar="URL", help="Spark master URL of the analysis.")
+@click.option("--final-read/--no-final-read", "final_read", default=True, show_default=True,
+              help="After the command, read every topic it made back from offset 0 through kproxy "
+                   "(read_committed, client id kproxy-final-read), so a write no consumer read is judged lost "
+                   "rather than unknown. With --bootstrap only topics created during the run are read.")
 @click.option("--no-analyze", "no_analyze", is_flag=True,
               help="Keep the trace but do not analyse it (no Spark needed): the exit status is the command's.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
@@ -81,7 +85,7 @@ def _terminate(signum: int, frame: object) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr (the summary is still printed).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
 def kproxy_test(broker_kind, bootstrap, rules_file, guard, seed, transaction_version, duration, master,
-         no_analyze, out, quiet, command) -> None:
+         final_read, no_analyze, out, quiet, command) -> None:
     """Run COMMAND (your application or test suite) through kproxy and judge
     what it did on the wire.
 
@@ -122,7 +126,7 @@ def kproxy_test(broker_kind, bootstrap, rules_file, guard, seed, transaction_ver
     settings = RunSettings(
         command=tuple(command), out=out, broker=None if bootstrap else (broker_kind or DEFAULT_KIND),
         bootstrap=bootstrap, rules=rules_file, guard=guard, seed=seed, transaction_version=transaction_version,
-        duration=duration, master=master, analyze=not no_analyze,
+        duration=duration, master=master, analyze=not no_analyze, final_read=final_read,
     )
     signal.signal(signal.SIGTERM, _terminate)
     try:

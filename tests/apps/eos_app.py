@@ -7,10 +7,11 @@ as any confluent-kafka user would write one (it knows nothing of kproxy).
 It creates a fresh input and output topic, writes N JSON records to the
 input with an idempotent producer, then repeats one transaction after
 another: consume a batch from the input (read_committed, consumer group),
-upper-case each record's "word", produce the results to the output, commit
-the consumed offsets in the same transaction, commit. Every K-th transaction
-is aborted on purpose; its batch is read again from where it started and
-goes into the next transaction. Then it reads the output back
+upper-case each record's "word", produce the results to the output and
+flush them, add the consumed offsets to the transaction, commit. Every K-th
+transaction is aborted on purpose at that point, its output and offsets
+already sent; its batch is read again from where it started and goes into
+the next transaction. Then it reads the output back
 (read_committed, a new consumer) and checks that every input record is
 there exactly once. Exits 0 when it is, 1 otherwise.
 """
@@ -104,10 +105,13 @@ def run(bootstrap: str, count: int, batch: int, abort_every: int, partitions: in
         producer.begin_transaction()
         for m in messages:
             producer.produce(sink, key=m.key(), value=transform(m.value()))
+        producer.flush(30)  # the output is on the broker before the transaction is decided
         first, after = {}, {}
         for m in messages:
             first.setdefault(m.partition(), m.offset())
             after[m.partition()] = m.offset() + 1
+        offsets = [TopicPartition(source, p, o) for p, o in sorted(after.items())]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
         if transactions % abort_every == 0:
             producer.abort_transaction(30)
             aborted += 1
@@ -116,8 +120,6 @@ def run(bootstrap: str, count: int, batch: int, abort_every: int, partitions: in
                 consumer.seek(TopicPartition(source, partition, offset))
             print(f"transaction {transactions}: aborted on purpose ({len(messages)} records)", flush=True)
             continue
-        offsets = [TopicPartition(source, p, o) for p, o in sorted(after.items())]
-        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
         producer.commit_transaction(30)
         done.update(json.loads(m.value())["id"] for m in messages)
         print(f"transaction {transactions}: committed {len(messages)} records ({len(done)}/{count})", flush=True)

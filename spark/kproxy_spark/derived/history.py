@@ -36,7 +36,7 @@ from pyspark.sql.window import Window
 
 from kproxy.protocol.errors import ERROR_NAMES
 from kproxy.testing.final_read import FINAL_READER
-from kproxy_spark.derived.identity import Keys
+from kproxy_spark.derived.identity import Keys, partition_key
 from kproxy_spark.history import HISTORY_SCHEMA
 from kproxy_spark.traces import EXCHANGE, with_coalesced_ids
 from kproxy_spark.wire.landings import (
@@ -169,8 +169,9 @@ def fetch_positions(traces: DataFrame) -> DataFrame:
     """What each Fetch request asked: per partition the offset to read from, and the isolation level."""
     requests = with_coalesced_ids(traces).where(
         (F.col("api") == "fetch") & (F.col("direction") == "request") & F.col("partitions").isNotNull())
-    return requests.select(*EXCHANGE, "isolation_level", F.explode("partitions").alias("p")).select(
-        *EXCHANGE, F.col("p.topic").alias("topic"), F.col("p.partition").alias("partition"),
+    return requests.select(*EXCHANGE, "mono_ns", "isolation_level", F.explode("partitions").alias("p")).select(
+        *EXCHANGE, F.col("mono_ns").alias("asked_ns"), F.col("p.topic").alias("topic"),
+        F.col("p.partition").alias("partition"),
         F.col("p.fetch_offset").alias("fetch_offset"), F.col("isolation_level").alias("asked_isolation"))
 
 
@@ -228,6 +229,23 @@ def subscribe_ops(reads: DataFrame) -> DataFrame:
              F.lit(None).cast("string").alias("error"))
 
 
+def rewind_ops(positions: DataFrame, keys: Keys, offsets: Mapping[str, int]) -> DataFrame:
+    """A consumer that asks a partition again from before where it last asked was repositioned by its
+    client (a seek: back to the committed offset after an aborted transaction, or a re-assignment). Each
+    such Fetch gets a `subscribe` to that key just before it, so the checks explain the read that goes
+    back as a re-assignment, as they do for a client-written history."""
+    key = partition_key(keys, F.col("topic"), F.col("partition"))
+    before = Window.partitionBy("proxy_id", "conn_id", "topic", "partition").orderBy("asked_ns", "correlation_id")
+    asked = positions.where(F.col("copy") == 0).withColumn("previous", F.lag("fetch_offset").over(before))
+    back = asked.where(F.col("fetch_offset") < F.col("previous")).select(
+        F.concat_ws("/", F.lit("consumer"), "proxy_id", "conn_id").alias("label"),
+        (_on_one_clock(F.col("asked_ns"), offsets) - 2).alias("t_invoke"),
+        F.to_json(F.array(key)).alias("keys"), key.alias("key")).where(F.col("key").isNotNull())
+    return back.select("label", "t_invoke", F.col("t_invoke").alias("t_done"), F.lit("subscribe").alias("f"),
+                       F.col("keys").alias("invoke_value"), F.col("keys").alias("done_value"),
+                       F.lit("ok").alias("type"), F.lit(None).cast("string").alias("error"))
+
+
 def _rows(ops: DataFrame) -> DataFrame:
     """Each operation as its invoke row and its completion row; `phase` orders the two."""
     invoke = ops.select("label", F.col("t_invoke").alias("t"), F.lit(0).alias("phase"), "f",
@@ -252,11 +270,13 @@ def derive_history(spark: SparkSession, traces: DataFrame, keys: Keys, isolation
     `clock`: clock_offsets(traces), when the caller has it."""
     offsets, start = clock if clock is not None else clock_offsets(traces)
     sends = client_sends(produce_attempts(traces), offsets)
-    reads = delivered_reads(fetched_records(traces, isolation), fetch_positions(traces), offsets)
+    positions = fetch_positions(traces)
+    reads = delivered_reads(fetched_records(traces, isolation), positions, offsets)
     ops = (transaction_ops(sends, end_txns(traces), offsets)
            .unionByName(plain_send_ops(sends))
            .unionByName(poll_ops(reads))
-           .unionByName(subscribe_ops(reads)))
+           .unionByName(subscribe_ops(reads))
+           .unionByName(rewind_ops(positions, keys, offsets)))
     rows = _rows(ops)
     rows = rows.withColumn("t", F.col("t") - F.lit(start)).unionByName(create_ops(spark, keys))
     # Processes numbered by first appearance; every operation of one process in time order.

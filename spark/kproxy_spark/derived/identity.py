@@ -67,9 +67,16 @@ def record_value(record: Column) -> Column:
         idempotent, hashed.cast("string")).otherwise(record["offset"].cast("string"))
 
 
-def _identified(partitions: Column, numbers: Column) -> Column:
+def partition_key(keys: Keys, topic: Column, partition: Column) -> Column:
+    """The key number of (topic, partition); null for a partition no record was seen in."""
+    numbers = F.create_map(*[lit for (name, index), key in keys.number().items()
+                             for lit in (F.lit(f"{name}\u0000{index}"), F.lit(key))])
+    return F.element_at(numbers, F.concat_ws("\u0000", topic, partition.cast("string")))
+
+
+def _identified(partitions: Column, keys: Keys) -> Column:
     def one(part: Column) -> Column:
-        key = F.element_at(numbers, F.concat_ws("\u0000", part["topic"], part["partition"].cast("string")))
+        key = partition_key(keys, part["topic"], part["partition"])
         records = F.transform(part["records"], lambda r: r.withField("key", F.when(
             r["control"].isNull(), key.cast("string"))).withField("value", record_value(r)))
         return part.withField("records", records)
@@ -79,10 +86,7 @@ def _identified(partitions: Column, numbers: Column) -> Column:
 
 def identify_records(traces: DataFrame, keys: Keys) -> DataFrame:
     """The traces with every record's key and value replaced by its partition's key and its identity."""
-    pairs = keys.number()
-    if not pairs:
+    if not keys.partitions:
         return traces
-    numbers = F.create_map(*[lit for (topic, partition), key in pairs.items()
-                             for lit in (F.lit(f"{topic}\u0000{partition}"), F.lit(key))])
-    return traces.withColumn("partitions", _identified(F.col("partitions"), numbers)).withColumn(
-        "upstream_partitions", _identified(F.col("upstream_partitions"), numbers))
+    return traces.withColumn("partitions", _identified(F.col("partitions"), keys)).withColumn(
+        "upstream_partitions", _identified(F.col("upstream_partitions"), keys))
