@@ -21,7 +21,14 @@ from click.testing import CliRunner
 
 from kproxy.cli import main
 from kproxy.testing.runner import (
-    EXIT_COMMAND, EXIT_INTERRUPTED, EXIT_INVALID, EXIT_KPROXY, EXIT_UNKNOWN, EXIT_USAGE, EXIT_VALID, exit_status,
+    EXIT_COMMAND,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    EXIT_KPROXY,
+    EXIT_UNKNOWN,
+    EXIT_USAGE,
+    EXIT_VALID,
+    exit_status,
 )
 
 ROOT = Path(__file__).resolve().parent.parent

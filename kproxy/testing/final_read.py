@@ -28,6 +28,14 @@ class FinalReadResult:
     lagging: tuple[str, ...]  # "topic[partition]" not read to its end in time
 
 
+def user_topics(bootstrap: str) -> set[str]:
+    """The cluster's topics, less Kafka's own (`__consumer_offsets`, `__transaction_state`, ...)."""
+    from confluent_kafka.admin import AdminClient
+
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15).topics
+    return {name for name in topics if not name.startswith("__")}
+
+
 def final_read(bootstrap: str, topics: Iterable[str], timeout: float = 30.0,
                config: dict[str, str] | None = None) -> FinalReadResult:
     """Read every partition of `topics` from offset 0 to its end (read_committed), through `bootstrap`."""

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kproxy.brokers import KINDS, BrokerError, EmbeddedBroker, check_broker, start_broker
+from kproxy.brokers import (
+    KINDS,
+    BrokerError,
+    EmbeddedBroker,
+    check_broker,
+    start_broker,
+)
 from kproxy.proxy_process import ProxyProcess, start_proxy
 
 if TYPE_CHECKING:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from kproxy.testing.admin import AdminClient
+from kproxy.testing.final_read import final_read, user_topics
 from kproxy.testing.harness import start_tracing_proxy
 from kproxy.testing.verdict import SMALL_TRACE_CONF, Verdict, judge
 
@@ -36,6 +37,8 @@ class TracingProxy:
         self.report_dir = self.directory / "report"
         self.master = master
         self.directory.mkdir(parents=True, exist_ok=True)
+        # The topics the test makes are read back before the verdict (kproxy.testing.final_read).
+        self._topics_before = user_topics(upstream)
         self._process = start_tracing_proxy(upstream, self.traces, rules=rules, guard=guard, seed=seed,
                                             log_path=self.directory / "kproxy.log")
         self.bootstrap = self._process.bootstrap
@@ -76,11 +79,18 @@ class TracingProxy:
         return f"{base}-{uuid.uuid4().hex[:10]}"
 
     def verdict(self, *, isolation: str = "auto", spark: Any = None) -> Verdict:
-        """Stop the proxy and judge what crossed it: the analysis of the trace with no client history.
+        """Read back the topics the test made (the final read), stop the proxy and judge what crossed it:
+        the analysis of the trace with no client history.
 
         Runs once; later calls return the same verdict. `spark`: a SparkSession
         to use (default: the process's, started on first use and kept)."""
         if self._verdict is None:
+            if self._process.alive():
+                made = user_topics(self.upstream) - self._topics_before
+                if made:
+                    done = final_read(self.bootstrap, made)
+                    log.info("final read: %d record(s) of %d partition(s)%s", done.records, done.partitions,
+                             "" if done.caught_up else f"; not read to the end: {', '.join(done.lagging)}")
             self.stop()
             report = judge(self.traces, self.report_dir, master=self.master, isolation=isolation, spark=spark,
                            spark_conf=SMALL_TRACE_CONF, progress=lambda message: log.info("analysis: %s", message))

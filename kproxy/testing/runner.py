@@ -20,10 +20,20 @@ from typing import Any
 from kproxy.brokers import BrokerError
 from kproxy.proxy_process import ProxyProcess
 from kproxy.testing.command import (
-    BOOTSTRAP_VARIABLE, CommandOutcome, command_text, deferred_interrupt, run_command, substitute,
+    BOOTSTRAP_VARIABLE,
+    CommandOutcome,
+    command_text,
+    deferred_interrupt,
+    run_command,
+    substitute,
 )
-from kproxy.testing.final_read import final_read
-from kproxy.testing.harness import Upstream, client_requests, start_tracing_proxy, start_upstream
+from kproxy.testing.final_read import final_read, user_topics
+from kproxy.testing.harness import (
+    Upstream,
+    client_requests,
+    start_tracing_proxy,
+    start_upstream,
+)
 
 # The analysis's own codes where they mean the same (kproxy analyze, kproxy_spark.report).
 EXIT_VALID = 0  # the command succeeded and the verdict is valid
@@ -169,14 +179,6 @@ def run_test(settings: RunSettings, *, say: Say, echo: Say) -> RunResult:
     return result
 
 
-def user_topics(bootstrap: str) -> set[str]:
-    """The cluster's topics, less Kafka's own (`__consumer_offsets`, `__transaction_state`, ...)."""
-    from confluent_kafka.admin import AdminClient
-
-    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15).topics
-    return {name for name in topics if not name.startswith("__")}
-
-
 def _final_read(bootstrap: str, topics: set[str], settings: RunSettings, say: Say) -> None:
     """Read back, through the proxy, every topic the run made (kproxy.testing.final_read): the verdict
     can then call a write no consumer read lost, rather than unknown."""
@@ -211,8 +213,9 @@ def _analyse(settings: RunSettings, upstream: Upstream | None, result: RunResult
     section = upstream.report_section() if upstream is not None else None
     lines = []
     if section is not None:
-        from kproxy.demo import broker_line
         from kproxy_spark.html import write_html
+
+        from kproxy.demo import broker_line
 
         report["broker"] = section
         write_json(report, str(report_dir / "report.json"))
