@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install system-packages kafka-jars third-party-apps bench
+.PHONY: demo test install system-packages kafka-jars third-party-apps kafka-streams-app bench
 
 $(BIN)/kproxy: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,11 @@ kafka-jars: install system-packages
 third-party-apps: install
 	$(BIN)/python -m tests.fixtures.franz_go
 
+# The Kafka Streams word count of tests/apps/streams/ (kafka-streams from Maven Central, compiled with javac;
+# cached per machine under ~/.cache/kproxy/apps/kafka-streams-VERSION).
+kafka-streams-app: install system-packages
+	$(BIN)/python -m tests.fixtures.kafka_streams
+
 # Exit status 1 means the analysis found anomalies: the demo worked.
 demo: install system-packages
 	$(BIN)/kproxy demo $(ARGS) || [ $$? -eq 1 ]
@@ -34,5 +39,5 @@ demo: install system-packages
 bench: install
 	$(BIN)/kproxy bench $(ARGS)
 
-test: install system-packages kafka-jars third-party-apps
+test: install system-packages kafka-jars third-party-apps kafka-streams-app
 	scripts/run-tests.sh $(ARGS)
