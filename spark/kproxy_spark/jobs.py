@@ -184,14 +184,15 @@ def analyze(
     derivation: dict = {}
     if derived:
         # The history is the trace's account of the clients (kproxy_spark.derived).
-        traces, ops, derivation = _derived_history(spark, traces_dir, isolation, step)
-        cached = [traces, ops]
+        cached = []
+        traces, parts, ops, derivation = _derived_history(spark, traces_dir, isolation, step, cached)
         phases["derive_history"] = round(time.monotonic() - started - phases.get("spark_start", 0.0), 3)
     else:
         # Parsed once: the statistics, the pass and the wire job all read the
         # operations, and parsing JSON costs more than reading kept rows back.
         ops = load_history(spark, str(history_path)).persist(storage_level(spark))
         cached = [ops]
+        parts = None
 
     def history_stats() -> tuple[dict, list, dict]:
         describe_jobs(ops, "history totals")
@@ -220,7 +221,7 @@ def analyze(
             read = load_traces(spark, traces_dir, lean=True).cache()
             cached.append(read)
         describe_jobs(read, "wire checks and statistics")
-        return read_wire_rows(wire_frame(ops, read, isolation, cached).collect())
+        return read_wire_rows(wire_frame(ops, read, isolation, cached, parts).collect())
 
     # The three are independent: run concurrently, Spark interleaves their
     # jobs (the history pass is mostly Python, the wire job mostly JVM).
@@ -273,12 +274,14 @@ def analyze(
     return report
 
 
-def _derived_history(spark, traces_dir, isolation: str, step: Progress):
-    """(the traces with their records identified, kept; the derived operations, kept; what the derivation saw)."""
+def _derived_history(spark, traces_dir, isolation: str, step: Progress, held: list):
+    """(the traces with their records identified, the wire views of them alone, the derived operations,
+    what the derivation saw); what is kept is appended to `held`."""
     from kproxy_spark.derived import describe, identity
     from kproxy_spark.derived.history import clock_offsets, derive_history
-    from kproxy_spark.session import storage_level
+    from kproxy_spark.session import one_partition, storage_level
     from kproxy_spark.traces import load_traces
+    from kproxy_spark.wire.views import wire_parts
 
     step(f"deriving the clients' history from {traces_dir}")
     raw = load_traces(spark, traces_dir, lean=True).cache()
@@ -290,11 +293,16 @@ def _derived_history(spark, traces_dir, isolation: str, step: Progress):
             "level `records` (kproxy run --trace-level records), which keeps every record sent and fetched")
     # Every reader downstream reads the identified records: rewrite them once and keep that instead.
     traces = identity.identify_records(raw, keys).persist(storage_level(spark))
+    held.append(traces)
     clock = clock_offsets(traces)  # the job that fills the kept frame
     raw.unpersist()
+    traces = one_partition(traces)
+    # Built once: the derivation reads them, and so do the wire checks.
+    parts = wire_parts(traces, isolation, held)
     # Checkpointed: the checks then plan over stored rows, not over the derivation's joins and windows.
-    ops = derive_history(spark, traces, keys, isolation, clock).localCheckpoint(eager=True)
-    return traces, ops, describe.derivation(ops, keys)
+    ops = derive_history(spark, traces, keys, isolation, clock, parts).localCheckpoint(eager=True)
+    held.append(ops)
+    return traces, parts, ops, describe.derivation(ops, keys)
 
 
 def main(argv: list[str] | None = None) -> int:

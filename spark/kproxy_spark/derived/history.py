@@ -45,6 +45,7 @@ from kproxy_spark.wire.landings import (
     fetched_records,
     produce_attempts,
 )
+from kproxy_spark.wire.views import WireParts
 
 
 def clock_offsets(traces: DataFrame) -> tuple[dict[str, int], int]:
@@ -265,14 +266,17 @@ def create_ops(spark: SparkSession, keys: Keys) -> DataFrame:
 
 
 def derive_history(spark: SparkSession, traces: DataFrame, keys: Keys, isolation: str = "auto",
-                   clock: tuple[dict[str, int], int] | None = None) -> DataFrame:
+                   clock: tuple[dict[str, int], int] | None = None, parts: WireParts | None = None) -> DataFrame:
     """The history the identified `traces` tell: a frame of HISTORY_SCHEMA, in time order, indexed 0, 1, ...
-    `clock`: clock_offsets(traces), when the caller has it."""
+    `clock`: clock_offsets(traces), and `parts`: the wire views of the same traces
+    (kproxy_spark.wire.views.wire_parts), when the caller has them."""
     offsets, start = clock if clock is not None else clock_offsets(traces)
-    sends = client_sends(produce_attempts(traces), offsets)
+    if parts is None:
+        parts = WireParts(produce_attempts(traces), fetched_records(traces, isolation), end_txns(traces))
+    sends = client_sends(parts.attempts, offsets)
     positions = fetch_positions(traces)
-    reads = delivered_reads(fetched_records(traces, isolation), positions, offsets)
-    ops = (transaction_ops(sends, end_txns(traces), offsets)
+    reads = delivered_reads(parts.fetched, positions, offsets)
+    ops = (transaction_ops(sends, parts.ends, offsets)
            .unionByName(plain_send_ops(sends))
            .unionByName(poll_ops(reads))
            .unionByName(subscribe_ops(reads))

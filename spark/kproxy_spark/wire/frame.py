@@ -10,17 +10,18 @@ from pyspark.sql import functions as F
 
 from kproxy_spark.wire.check import Order
 from kproxy_spark.wire.registry import BY_NAME, WIRE_CHECKS, WIRE_ORDER, WIRE_TABLES
-from kproxy_spark.wire.views import wire_views
+from kproxy_spark.wire.views import WireParts, wire_views
 
 
 def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
-               cached: list | None = None) -> DataFrame:
+               cached: list | None = None, parts: WireParts | None = None) -> DataFrame:
     """Every wire check's cases and every wire table in one frame (check,
     case as JSON), so the whole wire analysis is collected in one Spark job.
     `isolation` says how to tell read_committed fetches
     (kproxy_spark.wire.landings.fetched_records). What is kept here (the views'
     rows) is appended to `cached`, for the caller to release
-    (``unpersist()``)."""
+    (``unpersist()``). `parts`: the views of the traces alone, when the caller built them
+    (kproxy_spark.wire.views.wire_parts)."""
     from kproxy_spark.session import keep, one_partition
 
     level = traces.storageLevel
@@ -30,7 +31,7 @@ def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
         # Traces the caller did not cache (a test's literal files) would be
         # read, and their side files decoded, once per view and check.
         traces = keep(traces, cached)
-    views = wire_views(ops, traces, isolation, cached)
+    views = wire_views(ops, traces, isolation, cached, parts)
     parts = [
         frame.select(
             F.lit(entry.name).alias("check"),

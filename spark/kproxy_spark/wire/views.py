@@ -24,7 +24,7 @@ from kproxy_spark.wire.landings import (
 
 #: The columns of kproxy_spark.wire.landings.fetched_records that the wire checks read.
 FETCHED_COLUMNS = (
-    *EXCHANGE, "mono_ns", "client_id", "rule", "action", "topic", "partition", "offset", "key", "value",
+    *EXCHANGE, "mono_ns", "latency_ms", "client_id", "rule", "action", "topic", "partition", "offset", "key", "value",
     "key_long", "value_long", "control", "producer_id", "transactional", "last_stable_offset",
     "aborted_transactions", "read_committed", "rewritten", "listed_aborted", "upstream_listed_aborted", "past_lso",
     "upstream_past_lso",
@@ -115,24 +115,48 @@ class WireViews:
         return rule_removed_records(self.traces)
 
 
-def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held: list | None = None) -> WireViews:
-    """history_sends, produce_attempts, fetched_records (FETCHED_COLUMNS),
-    end_txns and landings, kept; their releases go to `held`, for the caller:
-    analyses that share a session must not clear each other's rows.
-    `isolation` says how to tell read_committed fetches
-    (kproxy_spark.wire.landings.fetched_records)."""
+@dataclass(frozen=True)
+class WireParts:
+    """The views that read the traces alone (no history), kept: a history derived from the same
+    traces (kproxy_spark.derived) reads them too, so they are built once for both."""
+
+    attempts: DataFrame
+    fetched: DataFrame
+    ends: DataFrame
+
+
+def _keeper(held: list | None):
     from kproxy_spark.session import keep as keep_rows
     from kproxy_spark.session import one_partition
 
     def keep(frame: DataFrame) -> DataFrame:
         return keep_rows(one_partition(frame, joined=True), held)
 
-    sent = keep(history_sends(ops))
-    attempts = keep(produce_attempts(traces))
+    return keep
+
+
+def wire_parts(traces: DataFrame, isolation: str = "auto", held: list | None = None) -> WireParts:
+    """produce_attempts, fetched_records (FETCHED_COLUMNS) and end_txns, kept (releases to `held`)."""
+    keep = _keeper(held)
     # Only the columns the checks read: a Fetch record carries every column
     # of its event, and at a million operations the whole width no longer
     # fits in memory.
-    fetched = keep(fetched_records(traces, isolation).select(*FETCHED_COLUMNS))
-    ends = keep(end_txns(traces))
+    return WireParts(keep(produce_attempts(traces)),
+                     keep(fetched_records(traces, isolation).select(*FETCHED_COLUMNS)),
+                     keep(end_txns(traces)))
+
+
+def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held: list | None = None,
+               parts: WireParts | None = None) -> WireViews:
+    """history_sends, produce_attempts, fetched_records (FETCHED_COLUMNS),
+    end_txns and landings, kept; their releases go to `held`, for the caller:
+    analyses that share a session must not clear each other's rows.
+    `isolation` says how to tell read_committed fetches
+    (kproxy_spark.wire.landings.fetched_records). `parts`: wire_parts(traces), when the caller holds them."""
+    keep = _keeper(held)
+    sent = keep(history_sends(ops))
+    if parts is None:
+        parts = wire_parts(traces, isolation, held)
+    attempts, fetched, ends = parts.attempts, parts.fetched, parts.ends
     log = keep(landings(traces, isolation, attempts=attempts, fetched=fetched, ends=ends))
     return WireViews(ops, traces, sent, attempts, fetched, ends, log)
