@@ -1,0 +1,218 @@
+"""franz-go's own exactly-once test, TestTxnEtl, judged by `kproxy test` on Apache Kafka 4.4.0.
+
+An application nobody on the project wrote (docs/testing.md, "Applications no
+one on the project wrote"): a transactional producer feeds three levels of
+consume-transform-produce consumer groups, in six subtests (classic and
+KIP-848 groups, static members), each level committing its input offsets in
+its transactions. The binary is franz-go's `go test -c` of pkg/kgo, from the
+cache `make third-party-apps` fills (tests/fixtures/franz_go.py).
+
+Four runs of 2000 records, each about 20 s of franz-go and two to four
+minutes in all, most of it the analysis: all slow-marked. A reduced run (500
+records) still took 96 s here, which the default suite's budget does not have.
+
+Two verdicts are not yet what they should be, and the tests say so (xfail,
+with the reason) after checking everything else:
+
+- TestTxnEtl deletes its topics when a subtest passes, so the third level's
+  output, which nothing in the test reads, is gone before `kproxy test` reads
+  back what the run wrote. Those writes stay `unseen`, and a run whose every
+  subtest passes is judged `unknown` instead of valid. The tests check that
+  every unseen write is in a topic franz-go deleted.
+- Without transaction version 2, a stale commit that the broker accepts in
+  the middle of a consumer's next transaction commits that transaction's
+  output while its input offsets are not committed (the offset commit comes
+  after, and fails); franz-go then asks to abort and is refused
+  (INVALID_TXN_STATE). The input is processed again, so its output is
+  committed twice, but no check reports it unless the abort was answered
+  without error (then client-outcome-mismatch and G1a, blamed on the rule).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kproxy.obs.trace_files import iter_trace_events
+from kproxy.testing.runner import EXIT_INVALID, EXIT_UNKNOWN, EXIT_VALID
+from kproxy.testing.verdict import Verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "rules" / "torn-transaction.yaml"
+RULE = "stale-commit-into-next-txn"
+RECORDS = 2000
+#: What a stale commit landing in the next transaction does to the data, when the broker accepts it.
+TEAR = ("torn-transaction", "client-outcome-mismatch", "G1a", "exactly-once")
+INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS, PRODUCER_FENCED = 48, 51, 90
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+
+@dataclass
+class Run:
+    returncode: int
+    run: dict
+    verdict: Verdict
+    deleted_topics: set[str]
+    requests: dict[str, Counter]  # api -> versions the clients sent, as traced
+    stale_copies: Counter  # (the proxy's outcome, the broker's error code or None) per copy of an EndTxn
+    #: (transactional id, client-side txn) whose records a stale copy committed and the client did not
+    split: set[tuple[str, int]]
+    output: str
+
+    @property
+    def command_returncode(self) -> int | None:
+        return self.run["command"].get("returncode")
+
+    def unseen_topics(self) -> set[str]:
+        keys = {p["key"]: p["topic"] for p in self.verdict.report["stats"]["derived_history"]["partitions"]}
+        return {keys[case["key"]] for case in self.verdict.report["anomalies"].get("unseen", ())}
+
+
+def txn_etl(binary: Path, out: Path, *options: str, records: int = RECORDS) -> Run:
+    argv = [sys.executable, "-m", "kproxy", "test", "--broker", "kafka", *options, "--out", str(out), "--",
+            "env", "KGO_SEEDS={bootstrap}", "KGO_TEST_RF=1", f"KGO_TEST_RECORDS={records}",
+            str(binary), "-test.run", "^TestTxnEtl$", "-test.v", "-test.timeout", "8m"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1100, cwd=ROOT)
+    return read_run(out, done.returncode, done.stdout + done.stderr)
+
+
+def read_run(out: Path, returncode: int, output: str) -> Run:
+    """A finished run: its run.json, verdict, the topics franz-go deleted, and what the trace shows."""
+    run = json.loads((out / "run.json").read_text())
+    assert run["report"], f"no verdict (exit {returncode}):\n{output[-6000:]}"
+    log = (out / "command.log").read_text(errors="replace")
+    requests: dict[str, Counter] = {}
+    asked: dict[tuple, dict] = {}
+    stale: Counter = Counter()
+    stale_commits: set[tuple[str, int]] = set()  # client txns a stale copy committed on the broker
+    wrote: set[tuple[str, int]] = set()  # client txns with a Produce the broker took
+    client_end: dict[tuple[str, int], tuple[bool, int]] = {}  # the client's own last EndTxn and its answer
+    for event in iter_trace_events(out / "traces", records=False):
+        api, direction = event.get("api"), event.get("direction")
+        if direction not in ("request", "response"):
+            continue
+        key = (event["proxy_id"], event["conn_id"], event["correlation_id"], event.get("copy"))
+        if direction == "request":
+            asked[key] = event
+            if not event.get("copy"):
+                requests.setdefault(api, Counter())[event.get("api_version")] += 1
+            if api == "end_txn" and event.get("copy") and event.get("outcome") == "refused":
+                stale[("refused", None)] += 1
+            continue
+        request = asked.pop(key, None)
+        if request is None or not request.get("transactional_id"):
+            continue
+        txn = (request["transactional_id"], request.get("txn_broker" if request.get("copy") else "txn_client"))
+        error = event.get("error_code")
+        if api == "end_txn" and request.get("copy"):
+            stale[(request.get("outcome"), error)] += 1
+            if error == 0 and request.get("end_txn_commit"):
+                stale_commits.add(txn)
+        elif api == "end_txn":
+            client_end[txn] = (bool(request.get("end_txn_commit")), error)
+        elif api == "produce" and error == 0:
+            wrote.add(txn)
+    split = {txn for txn in stale_commits & wrote if client_end.get(txn) != (True, 0)}
+    return Run(returncode, run, Verdict.load(out / "report" / "report.json"),
+               set(re.findall(r"deleting topic ([0-9a-f]{64})", log)), requests, stale, split, output)
+
+
+def assert_valid_but_for_deleted_topics(run: Run) -> None:
+    """Valid (exit 0); or else unknown (exit 4) only because writes into topics franz-go deleted went
+    unread, which is a known shortcoming of the verdict (xfail)."""
+    verdict = run.verdict
+    assert verdict.errors == {}, verdict.summary()
+    if verdict.valid:
+        assert run.returncode == EXIT_VALID, run.output[-3000:]
+        return
+    assert verdict.unknown and run.returncode == EXIT_UNKNOWN, run.output[-3000:]
+    stats = verdict.report["stats"]
+    assert stats["completed_ops"] > 0 and verdict.anomalies.get("cycle-search-incomplete", 0) == 0
+    assert verdict.anomalies["unseen"] > 0 and not stats["final_reads"]
+    assert_unseen_only_in_deleted_topics(run)
+    pytest.xfail(f"unknown, not valid: {verdict.anomalies['unseen']} writes unseen, all in topics franz-go "
+                 f"deleted before the final read ({len(run.deleted_topics)} deleted); the verdict does not "
+                 "know a topic was deleted")
+
+
+def assert_unseen_only_in_deleted_topics(run: Run) -> None:
+    unseen = run.verdict.anomalies.get("unseen", 0)
+    if unseen == 0:
+        return
+    assert run.unseen_topics() <= run.deleted_topics, "unseen writes in a topic franz-go did not delete"
+    assert unseen <= RECORDS * len(run.deleted_topics)
+
+
+def test_rule_free_transaction_version_2(kgo_test_binary: Path, tmp_path: Path):
+    run = txn_etl(kgo_test_binary, tmp_path / "out")
+    assert run.command_returncode == 0, run.output[-3000:]
+    assert run.verdict.by_rule == {}
+    # KIP-890 part 2 on the wire: EndTxn v5 (the epoch bump), Produce v13, TxnOffsetCommit v6, and no
+    # AddPartitionsToTxn or AddOffsetsToTxn (the partitions join the transaction with the first write).
+    assert set(run.requests["end_txn"]) == {5}
+    assert set(run.requests["produce"]) == {13}
+    assert set(run.requests["txn_offset_commit"]) == {6}
+    assert "add_partitions_to_txn" not in run.requests and "add_offsets_to_txn" not in run.requests
+    assert_valid_but_for_deleted_topics(run)
+
+
+def test_stale_commit_is_fenced_by_transaction_version_2(kgo_test_binary: Path, tmp_path: Path):
+    run = txn_etl(kgo_test_binary, tmp_path / "out", "--rules", str(RULES))
+    assert run.command_returncode == 0, run.output[-3000:]
+    assert set(run.requests["end_txn"]) == {5}
+    # Every copy reached the broker, which fenced it (the epoch moved on with the commit) or had it retried
+    # (CONCURRENT_TRANSACTIONS). Now and then a copy arrives while the next transaction has no record on
+    # the broker yet, and the broker answers it as a retry of the commit it already made: no error, and
+    # nothing committed by it. No copy committed records the client had not committed.
+    assert run.stale_copies and {outcome for outcome, _ in run.stale_copies} == {"ghost"}, run.stale_copies
+    assert run.stale_copies.most_common(1)[0][0] == ("ghost", PRODUCER_FENCED), run.stale_copies
+    assert {error for _, error in run.stale_copies} <= {PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, 0}
+    assert run.split == set()
+    stale_cases = run.verdict.anomalies.get("stale-end-txn", 0)
+    assert stale_cases > 0 and run.verdict.causes["stale-end-txn"] == {f"rule:{RULE}": stale_cases}
+    assert not set(TEAR) & set(run.verdict.anomalies)
+    assert run.verdict.by_rule == {RULE: {"stale-end-txn": stale_cases}}
+    assert_valid_but_for_deleted_topics(run)
+
+
+def test_stale_commit_tears_transactions_without_transaction_version_2(kgo_test_binary: Path, tmp_path: Path):
+    run = txn_etl(kgo_test_binary, tmp_path / "out", "--transaction-version", "0", "--rules", str(RULES))
+    verdict = run.verdict
+    # franz-go falls back to the protocol before KIP-890 part 2: EndTxn v4, no epoch bump.
+    assert max(run.requests["end_txn"]) <= 4 and max(run.requests["produce"]) <= 11
+    assert "add_partitions_to_txn" in run.requests
+    assert run.stale_copies[("ghost", 0)] > 0, run.stale_copies  # the broker accepted stale commits
+    assert run.split, "no stale commit took records the client did not commit: nothing for the verdict to find"
+    assert verdict.causes["stale-end-txn"] == {f"rule:{RULE}": verdict.anomalies["stale-end-txn"]}
+    # Every error is the rule's or a client's doing, never the broker's or unexplained; but the unread
+    # output of subtests that passed and deleted their topics, which no cause can explain.
+    for name in set(verdict.errors) - {"unseen"}:
+        assert all(c.startswith(("rule:", "client:")) for c in verdict.causes.get(name, {})), (name, verdict.causes)
+    assert_unseen_only_in_deleted_topics(run)
+    assert run.returncode == EXIT_INVALID and verdict.report["valid"] is False, run.output[-3000:]
+    torn = {name: verdict.causes.get(name, {}) for name in TEAR if verdict.errors.get(name)}
+    for name, causes in torn.items():
+        assert causes == {f"rule:{RULE}": verdict.errors[name]}, (name, causes)
+    assert set(torn) <= set(verdict.by_rule[RULE])
+    if not torn:
+        pytest.xfail(f"{len(run.split)} transactions whose records a stale commit committed while the client "
+                     f"did not, and no {', '.join(TEAR)} case: the client's abort was refused "
+                     "(INVALID_TXN_STATE), and the input its offsets left uncommitted was committed as output "
+                     "again by a later transaction, which the exactly-once check does not see")
+
+
+def test_guard_refuses_every_stale_commit(kgo_test_binary: Path, tmp_path: Path):
+    run = txn_etl(kgo_test_binary, tmp_path / "out", "--transaction-version", "0", "--rules", str(RULES), "--guard")
+    assert run.command_returncode == 0, run.output[-3000:]
+    assert run.stale_copies and set(run.stale_copies) == {("refused", None)}, run.stale_copies
+    assert run.split == set()
+    assert run.verdict.by_rule == {RULE: {}}  # it acted, and caused nothing
+    assert_valid_but_for_deleted_topics(run)
