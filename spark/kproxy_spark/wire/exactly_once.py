@@ -13,6 +13,15 @@ record each Fetch response delivered. Two things break the chain:
 * **overlap**: a committed transaction committed an offset below the link
   before it: the input between the two is turned into committed output
   twice (duplicates downstream);
+* **output-without-offsets** / **offsets-without-output**: one client
+  transaction's output records and its input offsets did not commit
+  together (a stale EndTxn committed the output before the offsets
+  arrived, say): the input is processed again (duplicates), or its output
+  is gone (loss);
+* **repeat**: a committed transaction committed output but moved no
+  committed offset forward: its input was committed already (by an
+  earlier transaction, or a stale EndTxn that committed one the client
+  then aborted), so its output is that input's second;
 * **gap**: input inside a link was never delivered to a consumer while the
   transaction that commits past it was being made: its input was consumed
   without its output being committed (loss). After an aborted transaction
@@ -135,15 +144,85 @@ def _gaps(views: WireViews, chain: DataFrame) -> DataFrame:
     ).drop("decided_ns")
 
 
+TXN = (*TXN_KEY, "txn_client")
+
+
+def _output(views: WireViews) -> DataFrame:
+    """Per client transaction: its records that committed, that aborted, and the rules of stale EndTxns
+    that decided them."""
+    fate = F.coalesce("next_marker_fate", "fate")
+    return views.log.where(F.col("txn_client").isNotNull() & F.col("key_long").isNotNull()).groupBy(*TXN).agg(
+        F.sum((fate == "committed").cast("int")).alias("committed_records"),
+        F.sum((fate == "aborted").cast("int")).alias("aborted_records"),
+        F.collect_set(F.when(F.col("end_hazard").isNotNull(), F.col("end_rule"))).alias("output_rules"))
+
+
+def _repeats(views: WireViews, chain: DataFrame) -> DataFrame:
+    """Committed transactions that committed output but moved no committed offset forward: their input
+    had been committed already, so their output is that input's second (an offset that went back is an
+    overlap)."""
+    links = chain.where(F.col("decided_commit") & F.col("prev_offset").isNotNull())
+    per_txn = links.groupBy(*TXN).agg(
+        F.max(F.col("committed_offset") > F.col("prev_offset")).alias("advanced"),
+        F.max(F.col("committed_offset") < F.col("prev_offset")).alias("went_back"),
+        F.min_by(F.struct(*GROUP_PARTITION, "mono_ns", "conn_id", "correlation_id", "prev_offset",
+                          "committed_offset", "decided_rule", "prev_rule"), "mono_ns").alias("c"))
+    repeated = per_txn.join(_output(views), list(TXN)).where(
+        ~F.col("advanced") & ~F.col("went_back") & (F.col("committed_records") > 0))
+    return repeated.select(
+        *[F.col(f"c.{c}").alias(c) for c in GROUP_PARTITION], F.lit("repeat").alias("kind"),
+        *[F.col(f"c.{c}").alias(c) for c in ("mono_ns", "conn_id", "correlation_id")], "txn_id", "txn_client",
+        F.col("c.prev_offset").alias("from_offset"), F.col("c.committed_offset").alias("to_offset"),
+        F.array().cast("array<bigint>").alias("offsets"), F.col("committed_records").alias("missing"),
+        F.array_sort(F.array_compact(F.array_distinct(F.concat(
+            "output_rules", F.array("c.decided_rule", "c.prev_rule"))))).alias("rules"))
+
+
+def _apart(views: WireViews) -> DataFrame:
+    """Client transactions whose output and input offsets did not commit together."""
+    txn = list(TXN)
+    offsets = offset_commits(views.traces).join(_decisions(views), [*TXN_KEY, "txn_broker"], "left").groupBy(
+        *txn, "group_id", "topic", "partition").agg(
+        F.min("mono_ns").alias("mono_ns"), F.first("conn_id").alias("conn_id"),
+        F.first("correlation_id").alias("correlation_id"), F.max("committed_offset").alias("committed_offset"),
+        F.max(F.col("ok") & F.coalesce("decided_commit", F.lit(False))).alias("offsets_committed"),
+        F.first("decided_rule", ignorenulls=True).alias("offsets_rule"))
+    joined = offsets.join(_output(views), txn)
+    # Output that committed without the offsets of its input: that input is processed again (duplicates);
+    # offsets that committed without any of the output: that input's output is gone (loss).
+    duplicated = (F.col("committed_records") > 0) & ~F.col("offsets_committed")
+    lost = F.col("offsets_committed") & (F.col("committed_records") == 0) & (F.col("aborted_records") > 0)
+    return joined.where(duplicated | lost).select(
+        *GROUP_PARTITION, F.when(duplicated, "output-without-offsets").otherwise("offsets-without-output").alias("kind"),
+        "mono_ns", "conn_id", "correlation_id", "txn_id", "txn_client",
+        F.lit(None).cast("long").alias("from_offset"), F.col("committed_offset").alias("to_offset"),
+        F.array().cast("array<bigint>").alias("offsets"),
+        F.when(duplicated, F.col("committed_records")).otherwise(F.col("aborted_records")).alias("missing"),
+        F.array_sort(F.array_compact(F.array_distinct(F.concat(
+            "output_rules", F.array("offsets_rule"))))).alias("rules"))
+
+
 def exactly_once_breaks(views: WireViews) -> DataFrame:
-    """Per group and input partition: committed offsets that went back (overlap) or skipped input (gap)."""
+    """Per group and input partition: committed offsets that went back (overlap) or skipped input (gap),
+    and transactions whose output and input offsets did not commit together."""
     chain = committed_chain(views)
-    return _overlaps(chain).unionByName(_gaps(views, chain))
+    return _overlaps(chain).unionByName(_gaps(views, chain)).unionByName(_repeats(views, chain)).unionByName(
+        _apart(views))
 
 
 def _explain(case: dict[str, Any]) -> str:
     where = f"group {case['group_id']} on {case['topic']}[{case['partition']}]"
     txn = f"transaction {case['txn_client']} of {case['txn_id']} {say.at(case['conn_id'], case['correlation_id'])}"
+    if case["kind"] == "output-without-offsets":
+        return (f"{where}: {txn} committed {case['missing']} output record(s), but not its input offsets (up to "
+                f"{case['to_offset']}): that input is processed again and its output committed twice")
+    if case["kind"] == "offsets-without-output":
+        return (f"{where}: {txn} committed its input offsets (up to {case['to_offset']}), but its "
+                f"{case['missing']} output record(s) aborted: that input's output is lost")
+    if case["kind"] == "repeat":
+        return (f"{where}: committed {txn} committed {case['missing']} output record(s) but moved no committed "
+                f"offset forward (it committed {case['to_offset']} again): its input had been committed already, "
+                "so its output is that input's second")
     if case["kind"] == "overlap":
         return (f"{where}: committed {txn} moved the committed offset back from {case['to_offset']} to "
                 f"{case['from_offset']}, so that input is turned into committed output twice")
