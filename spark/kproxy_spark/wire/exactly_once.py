@@ -57,38 +57,45 @@ def offset_commits(traces: DataFrame) -> DataFrame:
         (F.col("api") == "txn_offset_commit") & F.col("copy").isin(0)))
     parts = commits.where((F.col("direction") == "request") & F.col("partitions").isNotNull()).select(
         "group_id", "mono_ns", *_producer_key("transactional_id", "producer_id", "producer_epoch"), "txn_client",
-        "txn_broker", "conn_id", "correlation_id", "delivered", "response_error_code",
+        "txn_broker", "conn_id", "correlation_id", "delivered", "delivery_ns", "response_error_code",
         F.explode("partitions").alias("p"))
     return parts.select(
         "group_id", F.col("p.topic").alias("topic"), F.col("p.partition").alias("partition"),
         F.col("p.committed_offset").alias("committed_offset"), "mono_ns", *TXN_KEY, "txn_client", "txn_broker",
-        "conn_id", "correlation_id",
+        "conn_id", "correlation_id", F.col("delivery_ns").alias("commit_ns"),
         (F.col("delivered") & (F.coalesce("response_error_code", F.lit(0)) == 0)).alias("ok"),
     ).where(F.col("committed_offset").isNotNull() & F.col("group_id").isNotNull())
 
 
-def _decisions(views: WireViews) -> DataFrame:
-    """Per producer and broker-side transaction: the EndTxn the broker took (the first delivered one it did
-    not refuse), when, and the rule behind it if it was a stale copy."""
-    taken = views.ends.where(F.col("delivered") & F.col("txn_broker").isNotNull()
-                             & (F.coalesce("response_error_code", F.lit(0)) == 0))
-    first = Window.partitionBy(*TXN_KEY, "txn_broker").orderBy("delivery_ns", "mono_ns", "copy")
-    return taken.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).select(
-        *TXN_KEY, "txn_broker", F.col("end_txn_commit").alias("decided_commit"),
-        F.col("delivery_ns").alias("decided_ns"),
+def decided(commits: DataFrame, views: WireViews) -> DataFrame:
+    """Each offset commit with the EndTxn that decided it: the first of its producer's the broker took (a
+    delivered one it did not refuse) after the commit reached it, whatever transaction the client meant
+    that EndTxn for, as a record's fate is decided (kproxy_spark.wire.landings). Adds decided_commit,
+    decided_ns and decided_rule (the rule, when that EndTxn was a stale copy); null when none came."""
+    taken = views.ends.where(F.col("delivered") & (F.coalesce("response_error_code", F.lit(0)) == 0)).select(
+        *[F.col(c).alias(f"_{c}") for c in TXN_KEY], F.col("end_txn_commit").alias("decided_commit"),
+        F.col("delivery_ns").alias("decided_ns"), F.col("mono_ns").alias("_end_mono"), F.col("copy").alias("_copy"),
         F.when(F.col("hazard").isNotNull(), F.col("rule")).alias("decided_rule"))
+    row = F.monotonically_increasing_id()
+    commits = commits.withColumn("_row", row)
+    after = commits.join(taken, [F.col(c) == F.col(f"_{c}") for c in TXN_KEY] + [
+        F.col("decided_ns") >= F.col("commit_ns")], "left")
+    first = Window.partitionBy("_row").orderBy(F.col("decided_ns").asc_nulls_last(), "_end_mono", "_copy")
+    return after.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1).drop(
+        "_n", "_row", "_end_mono", "_copy", *[f"_{c}" for c in TXN_KEY])
 
 
 def committed_chain(views: WireViews) -> DataFrame:
     """Each offset commit with its fate, and for committed ones the link before it in its group partition."""
-    decided = offset_commits(views.traces).where("ok").join(_decisions(views), [*TXN_KEY, "txn_broker"], "left")
+    decided_commits = decided(offset_commits(views.traces).where("ok"), views)
     link = Window.partitionBy(*GROUP_PARTITION).orderBy("decided_ns", "mono_ns")
-    committed = decided.where(F.col("decided_commit")).withColumns({
+    committed = decided_commits.where(F.col("decided_commit")).withColumns({
         "prev_offset": F.lag("committed_offset").over(link),
         "prev_ns": F.lag("decided_ns").over(link),
         "prev_rule": F.lag("decided_rule").over(link),
     })
-    return committed.unionByName(decided.where(~F.coalesce("decided_commit", F.lit(True))), allowMissingColumns=True)
+    return committed.unionByName(decided_commits.where(~F.coalesce("decided_commit", F.lit(True))),
+                                 allowMissingColumns=True)
 
 
 def _overlaps(chain: DataFrame) -> DataFrame:
@@ -154,7 +161,10 @@ def _output(views: WireViews) -> DataFrame:
     return views.log.where(F.col("txn_client").isNotNull() & F.col("key_long").isNotNull()).groupBy(*TXN).agg(
         F.sum((fate == "committed").cast("int")).alias("committed_records"),
         F.sum((fate == "aborted").cast("int")).alias("aborted_records"),
-        F.collect_set(F.when(F.col("end_hazard").isNotNull(), F.col("end_rule"))).alias("output_rules"))
+        F.collect_set(F.when(F.col("end_hazard").isNotNull(), F.col("end_rule"))).alias("output_rules"),
+        F.min("produce_delivery_ns").alias("first_ns"),
+        F.min_by("produce_conn_id", "produce_delivery_ns").alias("first_conn_id"),
+        F.min_by("produce_correlation_id", "produce_delivery_ns").alias("first_correlation_id"))
 
 
 def _repeats(views: WireViews, chain: DataFrame) -> DataFrame:
@@ -181,7 +191,7 @@ def _repeats(views: WireViews, chain: DataFrame) -> DataFrame:
 def _apart(views: WireViews) -> DataFrame:
     """Client transactions whose output and input offsets did not commit together."""
     txn = list(TXN)
-    offsets = offset_commits(views.traces).join(_decisions(views), [*TXN_KEY, "txn_broker"], "left").groupBy(
+    offsets = decided(offset_commits(views.traces), views).groupBy(
         *txn, "group_id", "topic", "partition").agg(
         F.min("mono_ns").alias("mono_ns"), F.first("conn_id").alias("conn_id"),
         F.first("correlation_id").alias("correlation_id"), F.max("committed_offset").alias("committed_offset"),
@@ -192,7 +202,7 @@ def _apart(views: WireViews) -> DataFrame:
     # offsets that committed without any of the output: that input's output is gone (loss).
     duplicated = (F.col("committed_records") > 0) & ~F.col("offsets_committed")
     lost = F.col("offsets_committed") & (F.col("committed_records") == 0) & (F.col("aborted_records") > 0)
-    return joined.where(duplicated | lost).select(
+    apart = joined.where(duplicated | lost).select(
         *GROUP_PARTITION, F.when(duplicated, "output-without-offsets").otherwise("offsets-without-output").alias("kind"),
         "mono_ns", "conn_id", "correlation_id", "txn_id", "txn_client",
         F.lit(None).cast("long").alias("from_offset"), F.col("committed_offset").alias("to_offset"),
@@ -200,6 +210,20 @@ def _apart(views: WireViews) -> DataFrame:
         F.when(duplicated, F.col("committed_records")).otherwise(F.col("aborted_records")).alias("missing"),
         F.array_sort(F.array_compact(F.array_distinct(F.concat(
             "output_rules", F.array("offsets_rule"))))).alias("rules"))
+    # A consume-transform-produce producer (one that commits offsets in its transactions) whose transaction
+    # committed output and sent no offsets at all (it aborted before sending them, and a stale EndTxn had
+    # committed its output): the input is processed again.
+    producers = offsets.groupBy("txn_id").agg(F.first("group_id").alias("group_id"))
+    bare = _output(views).join(producers, "txn_id").join(offsets.select(*txn).distinct(), txn, "left_anti").where(
+        F.col("committed_records") > 0)
+    return apart.unionByName(bare.select(
+        "group_id", F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
+        F.lit("output-without-offsets").alias("kind"), F.col("first_ns").alias("mono_ns"),
+        F.col("first_conn_id").alias("conn_id"), F.col("first_correlation_id").alias("correlation_id"),
+        "txn_id", "txn_client", F.lit(None).cast("long").alias("from_offset"),
+        F.lit(None).cast("long").alias("to_offset"), F.array().cast("array<bigint>").alias("offsets"),
+        F.col("committed_records").alias("missing"),
+        F.array_sort(F.array_compact(F.array_distinct("output_rules"))).alias("rules")))
 
 
 def exactly_once_breaks(views: WireViews) -> DataFrame:
@@ -213,6 +237,10 @@ def exactly_once_breaks(views: WireViews) -> DataFrame:
 def _explain(case: dict[str, Any]) -> str:
     where = f"group {case['group_id']} on {case['topic']}[{case['partition']}]"
     txn = f"transaction {case['txn_client']} of {case['txn_id']} {say.at(case['conn_id'], case['correlation_id'])}"
+    if case["kind"] == "output-without-offsets" and case["topic"] is None:
+        return (f"group {case['group_id']}: {txn} committed {case['missing']} output record(s) and no input "
+                "offsets (its producer commits offsets in its other transactions): that input is processed "
+                "again and its output committed twice")
     if case["kind"] == "output-without-offsets":
         return (f"{where}: {txn} committed {case['missing']} output record(s), but not its input offsets (up to "
                 f"{case['to_offset']}): that input is processed again and its output committed twice")
