@@ -4,13 +4,15 @@
  *
  *     WordCount BOOTSTRAP [--lines N] [--timeout SECONDS]
  *
- * It creates a fresh input and output topic (two partitions each), writes N
- * lines of words to the input with a plain idempotent producer, then runs
+ * It creates a fresh input and output topic (two partitions each) and starts
  * the topology: split each line into words, re-key by word (through a
  * repartition topic), count per word in a state store whose changelog is a
  * compacted topic, and write every updated count to the output. Kafka
  * Streams commits each step's output, changelog writes and consumed offsets
- * in one transaction (processing.guarantee=exactly_once_v2).
+ * in one transaction (processing.guarantee=exactly_once_v2). A stream thread
+ * that dies is replaced, and its tasks start again from their last committed
+ * transaction. Meanwhile a plain idempotent producer writes N lines of words
+ * (default 3000) to the input, a few at a time.
  *
  * A read_committed consumer follows the output until every word's latest
  * count is the number of times the input holds it; a count above that is
