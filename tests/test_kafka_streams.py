@@ -139,13 +139,22 @@ def refused_aborts_after_a_stale_commit(traces: Path) -> set[tuple[str, int]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_the_stale_commit_tears_streams_transactions_on_transaction_version_0(torn_run):
+def test_the_verdict_on_transaction_version_0_agrees_with_the_word_count_and_blames_the_rule(torn_run):
+    """Without the epoch bump the broker takes the stale copies: each commits the producer's next transaction
+    halfway. Where the producer then adds partitions, the rest commits in a second broker transaction and
+    nothing is lost or doubled; where it writes again to a partition it had added, the write is refused, the
+    stream thread is replaced and processes that input again, and the word count counts words twice (8 runs
+    of 9 so far). The verdict must say which, and blame the rule."""
     done, out, verdict = torn_run
-    # Without the epoch bump the broker takes the stale copy: it commits the next transaction halfway.
     stale = cases(verdict, "stale-end-txn")
     assert stale and {(c.get("cause") or {}).get("rule") for c in stale} == {RULE}
     assert any(c["response_error_code"] == 0 for c in stale)
-    # What the word count saw (input counted twice, in every run so far) the verdict finds, and blames the rule.
+    counted_twice = "input processed more than once" in done.stdout
+    assert counted_twice or all(text in done.stdout for text in APP_OK), done.stdout
+    if not counted_twice:
+        assert done.returncode == EXIT_VALID, verdict.summary()
+        verdict.assert_valid()
+        return
     assert done.returncode == EXIT_INVALID, verdict.summary()
     assert verdict.errors and set(verdict.errors) <= TORN_CLASSES, verdict.summary()
     for name, count in verdict.errors.items():
