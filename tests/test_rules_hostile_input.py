@@ -141,7 +141,8 @@ def test_a_file_larger_than_the_limit_is_refused_unread(tmp_path: Path) -> None:
     path.write_text("version: 1\nrules: []\n" + "#" * MAX_DOCUMENT_BYTES)
     result = CliRunner().invoke(main, ["rules", "validate", str(path)])
     assert result.exit_code == 1
-    assert result.stderr == f"{path}: the rule file is larger than {MAX_DOCUMENT_BYTES} bytes\n"
+    assert result.stderr == (f"{path}:3: the rule file is larger than {MAX_DOCUMENT_BYTES} bytes: its byte past the"
+                             " limit is on this line\n")
 
 
 @pytest.mark.parametrize(("body", "fragment"), [

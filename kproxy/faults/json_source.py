@@ -4,7 +4,11 @@ Python's json module accepts what JSON forbids (NaN, Infinity, and numbers
 such as 1e999 that overflow to infinity) and raises RecursionError, not a
 decoding error, on deep nesting. Here each of those is a RuleFileError, as
 are documents deeper or larger than `kproxy.faults.limits` allows, so a rule
-that could not be listed back as JSON is never installed.
+that could not be listed back as JSON is never installed. So is an object
+that names a key twice: Python keeps the last, other readers the first, and
+the YAML reader refuses it in a rule file (`{"action": {"type": "delay"},
+"action": {"type": "drop"}}` would be a drop rule to one tool and a delay to
+the next).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ def read_json(body: bytes, source: str) -> Any:
     if len(body) > MAX_DOCUMENT_BYTES:
         raise _refused(source, f"the document is larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        data = json.loads(body, parse_constant=_non_finite, parse_float=_finite_float)
-    except _NonFinite as exc:
+        data = json.loads(body, parse_constant=_non_finite, parse_float=_finite_float,
+                          object_pairs_hook=_refuse_repeated_keys)
+    except (_NonFinite, _RepeatedKey) as exc:
         raise _refused(source, str(exc)) from None
     except RecursionError:
         raise _refused(source, f"the document nests deeper than {MAX_NESTING_DEPTH} levels") from None
@@ -35,6 +40,22 @@ def read_json(body: bytes, source: str) -> Any:
 
 class _NonFinite(ValueError):
     pass
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(f"the key {json.dumps(key)} appears twice in one object: which one counts "
+                                   "is ambiguous, so the document is refused")
+            seen.add(key)
+    return obj
 
 
 def _non_finite(text: str) -> float:

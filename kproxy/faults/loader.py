@@ -45,13 +45,23 @@ def load_rule_file(path: str | PathLike[str]) -> RuleFile:
     finally:
         if fd >= 0:
             os.close(fd)
+    return load_rule_text(decode_rule_bytes(raw, source), source)
+
+
+def decode_rule_bytes(raw: bytes, source: str) -> str:
+    """The text of a rule file's bytes; RuleFileError naming the line where it passes the size
+    limit or stops being UTF-8 (an editor goes to a line, not to a byte offset)."""
     if len(raw) > MAX_DOCUMENT_BYTES:
-        raise RuleFileError([Problem(source, None, (), f"the rule file is larger than {MAX_DOCUMENT_BYTES} bytes")])
+        line = raw.count(b"\n", 0, MAX_DOCUMENT_BYTES) + 1
+        raise RuleFileError([Problem(source, line, (), f"the rule file is larger than {MAX_DOCUMENT_BYTES} bytes: "
+                                                       "its byte past the limit is on this line")])
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RuleFileError([Problem(source, None, (), f"cannot read the rule file: {exc}")]) from None
-    return load_rule_text(text, source)
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise RuleFileError([Problem(source, line, (), f"not UTF-8: byte 0x{raw[exc.start]:02x} at byte {column} of "
+                                                       f"the line ({exc.reason}); a rule file is UTF-8 text")]) from None
 
 
 def _kind_of(mode: int) -> str:

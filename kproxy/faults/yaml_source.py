@@ -79,7 +79,9 @@ class SourceData:
 def read_yaml(text: str, source: str) -> SourceData:
     """Parse one YAML (or JSON) document; RuleFileError with file:line on any problem."""
     if len(text) > MAX_DOCUMENT_BYTES:
-        raise RuleFileError([Problem(source, None, (), f"the document is larger than {MAX_DOCUMENT_BYTES} bytes")])
+        line = text.count("\n", 0, MAX_DOCUMENT_BYTES) + 1
+        raise RuleFileError([Problem(source, line, (), f"the document is larger than {MAX_DOCUMENT_BYTES} bytes: "
+                                                       "the limit falls on this line")])
     builder = _Builder(source)
     try:
         for event in yaml.parse(text, Loader=_LOADER):

@@ -118,19 +118,44 @@ def error_names(counts: Mapping[str, int], stats: Mapping[str, Any], allowed: It
 
 
 def verdict(counts: Mapping[str, int], stats: Mapping[str, Any], allowed: Iterable[str] = ()) -> bool | str:
-    """False if any error anomaly is present; "unknown" when nothing could
-    be judged (no completed operation), writes are unseen without final
-    reads, or the cycle search was incomplete; else True."""
+    """False if any error anomaly is present; "unknown" when something was
+    not judged (`unknown_reason` says what); else True."""
     if error_names(counts, stats, allowed):
         return False
-    if stats.get("completed_ops", 1) == 0:
-        return "unknown"
-    if counts.get("unseen", 0) > 0 and not stats.get("final_reads"):
-        return "unknown"
-    # The cycle search gave up: G0/G1c were not ruled out.
-    if counts.get("cycle-search-incomplete", 0) > 0:
+    if unknown_reason(counts, stats) is not None:
         return "unknown"
     return True
+
+
+def unknown_reason(counts: Mapping[str, int], stats: Mapping[str, Any]) -> str | None:
+    """Why a history without error anomalies is not VALID either, or None:
+    no completed operation; no send and no poll completed (only assign,
+    subscribe, create or crash ops: nothing written or read to judge, as in
+    Jepsen's empty-history test); writes unseen without final reads; or a
+    cycle search that hit its bound."""
+    if stats.get("completed_ops", 1) == 0:
+        return "no operation completed: nothing could be judged"
+    if not _sent_or_polled(stats):
+        return ("no send and no poll completed (the history holds only assign, subscribe, create or crash "
+                "operations): nothing was written or read, so nothing could be judged")
+    if counts.get("unseen", 0) > 0 and not stats.get("final_reads"):
+        return (f"{counts['unseen']} acknowledged write(s) were never read, and the history has no final reads "
+                "(an assign after the last write, then polls) to tell a lost write from one not read yet")
+    # The cycle search gave up: G0/G1c were not ruled out.
+    if counts.get("cycle-search-incomplete", 0) > 0:
+        return "the cycle search hit its bound: G0 and G1c were not ruled out"
+    return None
+
+
+def _sent_or_polled(stats: Mapping[str, Any]) -> bool:
+    """Whether a send or poll micro-op completed; True when the stats cannot tell (no `ops` table)."""
+    ops = stats.get("ops")
+    if not isinstance(ops, Mapping):
+        return True
+    if stats.get("sends_acknowledged", 0) or stats.get("sends_unknown", 0) or stats.get("sends_failed", 0):
+        return True
+    # No send completed, so a completed txn held polls (its micro-ops are never empty).
+    return any(n for f in ("poll", "txn") for kind, n in (ops.get(f) or {}).items() if kind != "invoke")
 
 
 def build_report(
@@ -169,9 +194,12 @@ def build_report(
     allowed = set(allowed)
     errors = error_names(counts, out_stats, allowed)
     present = sorted(name for name, n in counts.items() if n > 0)
+    valid = verdict(counts, out_stats, allowed)
+    if valid == "unknown":
+        out_stats["unknown_reason"] = unknown_reason(counts, out_stats)
     return {
         "schema_version": SCHEMA_VERSION,
-        "valid": verdict(counts, out_stats, allowed),
+        "valid": valid,
         "anomaly_types": present,
         "errors": errors,
         "informational": sorted(set(present) - set(errors)),
@@ -246,6 +274,9 @@ def format_summary(report: Mapping[str, Any], report_dir: str | None = None, exa
     lines = [f"kproxy analyze: {head}"
              + (f" ({len(errors)} error anomal{'y' if len(errors) == 1 else 'ies'})" if errors else "")]
     stats = report.get("stats", {})
+    if valid not in (True, False) and stats.get("unknown_reason"):
+        lines.extend(textwrap.wrap(f"why unknown: {stats['unknown_reason']}", 100, initial_indent="  ",
+                                   subsequent_indent="    ", break_on_hyphens=False))
     lines.extend(cause_lines(report))
     for name in report.get("anomaly_types", ()):
         kind = "error" if name in errors else "info"
