@@ -143,7 +143,7 @@ def test_demo_finds_and_attributes_the_torn_transaction_from_side_files(scenario
     on_disk = list(iter_trace_events(traces, records=False))
     assert {e["schema_version"] for e in on_disk} == {SCHEMA_VERSION}
     with_batches = [p for e in on_disk if e["api"] in ("produce", "fetch") for p in e["partitions"] or ()
-                    if p["records_file"]]
+                    if p.get("records_file")]
     assert with_batches and all(p["records"] is None and p["batches"] for p in with_batches)
     assert any(b["marker"] for p in with_batches for b in p["batches"]), "no transaction marker scanned"
     # Spark's decode (executors, cramjam) gives what the Python reader gives.

@@ -16,8 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-#: The client id the final reader uses; the analysis recognises its reads by it.
-FINAL_READER = "kproxy-final-read"
+from kproxy.testing.client_ids import FINAL_READER
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,8 @@ _FACT_TEXT = {
 _CLIENT_TEXT = {
     "read-in-aborted-txn": "its consumer kept the position its own aborted transaction had read up to",
     "reassigned": "it was re-assigned in between and resumed at the group's committed offset",
+    "not-back-after-abort": "its consumer did not go back to the committed offset after a transaction that had "
+                            "read the input aborted, so no committed transaction processed it (KAFKA-17582)",
 }
 
 
@@ -165,7 +167,9 @@ def cause_of(name: str, case: Mapping[str, Any], facts: Facts) -> dict | None:
             return _cause(RULE, name, rule=stale[0], text=f"rule '{stale[0]}' delivered the stale EndTxn")
         if rules:
             return _cause(RULE, name, rule=rules[0], text=f"rule '{rules[0]}' acted on the requests involved")
-        return None if name in RULE_ONLY else _unexplained("no rule acted on the requests involved")
+        if name in RULE_ONLY:
+            return None
+        return _client(case.get("causes") or ()) or _unexplained("no rule acted on the requests involved")
     key, value = case.get("key"), case.get("value")
     if name == "G1a":
         return facts.find(key, value, SERVED_WRONGLY) or _unexplained()

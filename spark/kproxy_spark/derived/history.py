@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from kproxy.protocol.errors import ERROR_NAMES
-from kproxy.testing.final_read import FINAL_READER
+from kproxy.testing.client_ids import FINAL_READER
 from kproxy_spark.derived.identity import Keys, partition_key
 from kproxy_spark.history import HISTORY_SCHEMA
 from kproxy_spark.traces import EXCHANGE, with_coalesced_ids

@@ -18,10 +18,6 @@ record each Fetch response delivered. Two things break the chain:
   together (a stale EndTxn committed the output before the offsets
   arrived, say): the input is processed again (duplicates), or its output
   is gone (loss);
-* **repeat**: a committed transaction committed output but moved no
-  committed offset forward: its input was committed already (by an
-  earlier transaction, or a stale EndTxn that committed one the client
-  then aborted), so its output is that input's second;
 * **gap**: input inside a link was never delivered to a consumer while the
   transaction that commits past it was being made: its input was consumed
   without its output being committed (loss). After an aborted transaction
@@ -47,6 +43,11 @@ from kproxy_spark.wire.landings import TXN_KEY, _producer_key, exchanges
 from kproxy_spark.wire.views import WireViews
 
 GROUP_PARTITION = ("group_id", "topic", "partition")
+
+
+def _no_causes() -> F.Column:
+    """What the trace establishes about a case beyond its rules (kproxy_spark.attribution's client causes): nothing."""
+    return F.array().cast("array<string>").alias("causes")
 #: At most this many offsets of one gap are listed in its case.
 LISTED = 16
 
@@ -104,7 +105,8 @@ def _overlaps(chain: DataFrame) -> DataFrame:
         *GROUP_PARTITION, F.lit("overlap").alias("kind"), "mono_ns", "conn_id", "correlation_id", "txn_id",
         "txn_client", F.col("committed_offset").alias("from_offset"), F.col("prev_offset").alias("to_offset"),
         F.array().cast("array<bigint>").alias("offsets"), F.lit(0).alias("missing"),
-        F.array_sort(F.array_compact(F.array_distinct(F.array("decided_rule", "prev_rule")))).alias("rules"))
+        F.array_sort(F.array_compact(F.array_distinct(F.array("decided_rule", "prev_rule")))).alias("rules"),
+        _no_causes())
 
 
 def _gaps(views: WireViews, chain: DataFrame) -> DataFrame:
@@ -148,6 +150,9 @@ def _gaps(views: WireViews, chain: DataFrame) -> DataFrame:
         F.array_sort(F.array_compact(F.array_distinct(F.flatten(F.array(
             F.array(F.first("decided_rule")), F.coalesce(F.first("abort_rules"), F.array().cast("array<string>"))))))
         ).alias("rules"),
+        # Every missing offset below an aborted transaction's: the consumer kept the aborted reads' position.
+        F.when(F.min(F.col("must_again") & ~F.col("read_again") & F.col("read_before")),
+               F.array(F.lit("not-back-after-abort"))).otherwise(F.array().cast("array<string>")).alias("causes"),
     ).drop("decided_ns")
 
 
@@ -165,27 +170,6 @@ def _output(views: WireViews) -> DataFrame:
         F.min("produce_delivery_ns").alias("first_ns"),
         F.min_by("produce_conn_id", "produce_delivery_ns").alias("first_conn_id"),
         F.min_by("produce_correlation_id", "produce_delivery_ns").alias("first_correlation_id"))
-
-
-def _repeats(views: WireViews, chain: DataFrame) -> DataFrame:
-    """Committed transactions that committed output but moved no committed offset forward: their input
-    had been committed already, so their output is that input's second (an offset that went back is an
-    overlap)."""
-    links = chain.where(F.col("decided_commit") & F.col("prev_offset").isNotNull())
-    per_txn = links.groupBy(*TXN).agg(
-        F.max(F.col("committed_offset") > F.col("prev_offset")).alias("advanced"),
-        F.max(F.col("committed_offset") < F.col("prev_offset")).alias("went_back"),
-        F.min_by(F.struct(*GROUP_PARTITION, "mono_ns", "conn_id", "correlation_id", "prev_offset",
-                          "committed_offset", "decided_rule", "prev_rule"), "mono_ns").alias("c"))
-    repeated = per_txn.join(_output(views), list(TXN)).where(
-        ~F.col("advanced") & ~F.col("went_back") & (F.col("committed_records") > 0))
-    return repeated.select(
-        *[F.col(f"c.{c}").alias(c) for c in GROUP_PARTITION], F.lit("repeat").alias("kind"),
-        *[F.col(f"c.{c}").alias(c) for c in ("mono_ns", "conn_id", "correlation_id")], "txn_id", "txn_client",
-        F.col("c.prev_offset").alias("from_offset"), F.col("c.committed_offset").alias("to_offset"),
-        F.array().cast("array<bigint>").alias("offsets"), F.col("committed_records").alias("missing"),
-        F.array_sort(F.array_compact(F.array_distinct(F.concat(
-            "output_rules", F.array("c.decided_rule", "c.prev_rule"))))).alias("rules"))
 
 
 def _apart(views: WireViews) -> DataFrame:
@@ -209,13 +193,16 @@ def _apart(views: WireViews) -> DataFrame:
         F.array().cast("array<bigint>").alias("offsets"),
         F.when(duplicated, F.col("committed_records")).otherwise(F.col("aborted_records")).alias("missing"),
         F.array_sort(F.array_compact(F.array_distinct(F.concat(
-            "output_rules", F.array("offsets_rule"))))).alias("rules"))
-    # A consume-transform-produce producer (one that commits offsets in its transactions) whose transaction
-    # committed output and sent no offsets at all (it aborted before sending them, and a stale EndTxn had
-    # committed its output): the input is processed again.
+            "output_rules", F.array("offsets_rule"))))).alias("rules"), _no_causes())
+    # A consume-transform-produce producer (one that commits offsets in its transactions) whose client
+    # aborted a transaction before sending its offsets, and whose output committed anyway (a stale EndTxn
+    # had committed it; the abort may even be refused): the client processes that input again.
     producers = offsets.groupBy("txn_id").agg(F.first("group_id").alias("group_id"))
-    bare = _output(views).join(producers, "txn_id").join(offsets.select(*txn).distinct(), txn, "left_anti").where(
-        F.col("committed_records") > 0)
+    last = Window.partitionBy(*txn).orderBy(F.col("mono_ns").desc())
+    aborted = views.ends.where((F.col("copy") == 0) & F.col("txn_client").isNotNull()).withColumn(
+        "_n", F.row_number().over(last)).where((F.col("_n") == 1) & ~F.col("end_txn_commit")).select(*txn)
+    bare = _output(views).join(producers, "txn_id").join(offsets.select(*txn).distinct(), txn, "left_anti").join(
+        aborted, txn).where(F.col("committed_records") > 0)
     return apart.unionByName(bare.select(
         "group_id", F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
         F.lit("output-without-offsets").alias("kind"), F.col("first_ns").alias("mono_ns"),
@@ -223,34 +210,29 @@ def _apart(views: WireViews) -> DataFrame:
         "txn_id", "txn_client", F.lit(None).cast("long").alias("from_offset"),
         F.lit(None).cast("long").alias("to_offset"), F.array().cast("array<bigint>").alias("offsets"),
         F.col("committed_records").alias("missing"),
-        F.array_sort(F.array_compact(F.array_distinct("output_rules"))).alias("rules")))
+        F.array_sort(F.array_compact(F.array_distinct("output_rules"))).alias("rules"), _no_causes()))
 
 
 def exactly_once_breaks(views: WireViews) -> DataFrame:
     """Per group and input partition: committed offsets that went back (overlap) or skipped input (gap),
     and transactions whose output and input offsets did not commit together."""
     chain = committed_chain(views)
-    return _overlaps(chain).unionByName(_gaps(views, chain)).unionByName(_repeats(views, chain)).unionByName(
-        _apart(views))
+    return _overlaps(chain).unionByName(_gaps(views, chain)).unionByName(_apart(views))
 
 
 def _explain(case: dict[str, Any]) -> str:
     where = f"group {case['group_id']} on {case['topic']}[{case['partition']}]"
     txn = f"transaction {case['txn_client']} of {case['txn_id']} {say.at(case['conn_id'], case['correlation_id'])}"
     if case["kind"] == "output-without-offsets" and case["topic"] is None:
-        return (f"group {case['group_id']}: {txn} committed {case['missing']} output record(s) and no input "
-                "offsets (its producer commits offsets in its other transactions): that input is processed "
-                "again and its output committed twice")
+        return (f"group {case['group_id']}: {txn} was aborted by its client before it sent its input offsets, "
+                f"yet {case['missing']} output record(s) of it committed: the client processes that input again, "
+                "and its output is committed twice")
     if case["kind"] == "output-without-offsets":
         return (f"{where}: {txn} committed {case['missing']} output record(s), but not its input offsets (up to "
                 f"{case['to_offset']}): that input is processed again and its output committed twice")
     if case["kind"] == "offsets-without-output":
         return (f"{where}: {txn} committed its input offsets (up to {case['to_offset']}), but its "
                 f"{case['missing']} output record(s) aborted: that input's output is lost")
-    if case["kind"] == "repeat":
-        return (f"{where}: committed {txn} committed {case['missing']} output record(s) but moved no committed "
-                f"offset forward (it committed {case['to_offset']} again): its input had been committed already, "
-                "so its output is that input's second")
     if case["kind"] == "overlap":
         return (f"{where}: committed {txn} moved the committed offset back from {case['to_offset']} to "
                 f"{case['from_offset']}, so that input is turned into committed output twice")
