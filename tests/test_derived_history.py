@@ -45,6 +45,7 @@ def test_a_missing_history_needs_traces(tmp_path):
         analyze(None, None, tmp_path / "out")
 
 
+@pytest.mark.slow  # two analyses of a recorded run: about 45 s of the default suite's 600
 def test_traces_of_two_proxies_in_one_directory_give_the_verdict_of_one(spark, tmp_path):
     """A run whose connections went through two proxies (split by connection, each proxy numbering its
     connections from the same start) is judged as the whole."""

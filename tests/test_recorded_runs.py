@@ -189,7 +189,8 @@ def _blamed_rules(report: dict, skip_causes: set[str] = frozenset()) -> dict[str
     return blamed
 
 
-@pytest.mark.parametrize("name", ["tansu-torn-transaction", "noida-torn-transaction", "noida-healthy"])
+@pytest.mark.parametrize("name", ["tansu-torn-transaction", "noida-torn-transaction",
+                                  pytest.param("noida-healthy", marks=pytest.mark.slow)])
 def test_the_verdict_from_the_wire_alone_blames_the_rule_for_what_the_history_does(analysed, derived, name):
     from kproxy_spark.derived.describe import HISTORY_ONLY, HISTORY_ONLY_CAUSES
 
