@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,9 +26,11 @@ log = logging.getLogger("kproxy.admin")
 
 
 def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) -> AdminGuard:
+    # Rendered on a worker thread, shared by the scrapes that arrive together (kproxy.obs.metrics).
+    rendered = metrics.SharedRender(metrics.REGISTRY, prepare=proxy.flush_txn_stats)
+
     async def metrics_endpoint(request: Request) -> Response:
-        proxy.flush_txn_stats()
-        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(await rendered.latest(), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> JSONResponse:
         ok = proxy.started.is_set()
