@@ -25,7 +25,7 @@ def _python_records(traces: Path) -> list[tuple]:
     return sorted(
         (e["api"], e["direction"], e["conn_id"], e["correlation_id"], p["topic"], p["partition"], i, r["offset"],
          r["key"], r["value"], r["control"])
-        for e in iter_trace_events(traces) for p in e["partitions"] or () for i, r in enumerate(p["records"] or ())
+        for e in iter_trace_events(traces) for p in e["partitions"] or () for i, r in enumerate(p.get("records") or ())
     )
 
 

@@ -169,6 +169,9 @@ def cause_of(name: str, case: Mapping[str, Any], facts: Facts) -> dict | None:
             return _cause(RULE, name, rule=rules[0], text=f"rule '{rules[0]}' acted on the requests involved")
         if name in RULE_ONLY:
             return None
+        if "listed-as-aborted" in (case.get("causes") or ()):
+            # Input a read_committed consumer dropped because the broker listed it as aborted.
+            return _cause(BROKER, "stale-aborted-entry", text=f"the broker: {_FACT_TEXT['stale-aborted-entry']}")
         return _client(case.get("causes") or ()) or _unexplained("no rule acted on the requests involved")
     key, value = case.get("key"), case.get("value")
     if name == "G1a":

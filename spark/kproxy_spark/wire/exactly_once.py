@@ -130,13 +130,19 @@ def _gaps(views: WireViews, chain: DataFrame) -> DataFrame:
     reads = views.fetched.where((F.col("copy") == 0) & F.col("control").isNull()
                                 & ~(F.col("read_committed") & F.coalesce("listed_aborted", F.lit(False)))).select(
         "topic", "partition", "offset", F.col("mono_ns").alias("read_ns"))
-    read = inside.join(reads, ["topic", "partition", "offset"], "left")
+    # Served, but listed as aborted to a read_committed consumer, which drops it: the broker's doing.
+    listed = views.fetched.where((F.col("copy") == 0) & F.col("control").isNull() & F.col("read_committed")
+                                 & F.coalesce("listed_aborted", F.lit(False))).select(
+        "topic", "partition", "offset", F.lit(True).alias("listed")).dropDuplicates(["topic", "partition", "offset"])
+    read = inside.join(reads, ["topic", "partition", "offset"], "left").join(
+        listed, ["topic", "partition", "offset"], "left")
     again = F.col("aborted_offset").isNotNull() & (F.col("offset") < F.col("aborted_offset"))
     per_record = read.groupBy(*GROUP_PARTITION, "decided_ns", "offset").agg(
         F.max(F.coalesce(F.col("read_ns") <= F.col("decided_ns"), F.lit(False))).alias("read_before"),
         F.max(F.coalesce((F.col("read_ns") > F.col("abort_ns")) & (F.col("read_ns") <= F.col("decided_ns")),
                          F.lit(False))).alias("read_again"),
         F.first(again).alias("must_again"),
+        F.max(F.coalesce("listed", F.lit(False))).alias("listed"),
         *[F.first(c).alias(c) for c in ("mono_ns", "conn_id", "correlation_id", "txn_id", "txn_client", "prev_offset",
                                         "committed_offset", "decided_rule", "abort_rules")],
     )
@@ -152,7 +158,9 @@ def _gaps(views: WireViews, chain: DataFrame) -> DataFrame:
         ).alias("rules"),
         # Every missing offset below an aborted transaction's: the consumer kept the aborted reads' position.
         F.when(F.min(F.col("must_again") & ~F.col("read_again") & F.col("read_before")),
-               F.array(F.lit("not-back-after-abort"))).otherwise(F.array().cast("array<string>")).alias("causes"),
+               F.array(F.lit("not-back-after-abort")))
+        .when(F.min(~F.col("read_before") & F.col("listed")), F.array(F.lit("listed-as-aborted")))
+        .otherwise(F.array().cast("array<string>")).alias("causes"),
     ).drop("decided_ns")
 
 
