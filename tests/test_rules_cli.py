@@ -183,6 +183,15 @@ def test_add_refuses_a_bad_rule_locally_with_its_line(admin: AdminServer, tmp_pa
     assert [r["id"] for r in rules_on(admin)["rules"]] == ["torn", "slow-produce"]  # nothing sent
 
 
+def test_add_refuses_a_file_that_is_not_utf8_at_its_line(admin: AdminServer, tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(b"- id: ok-rule\n  action: {type: drop}\n- id: caf\xe9\n  action: {type: drop}\n")
+    result = kproxy("add", str(bad), "--admin", admin.address)
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"{bad}:3: not UTF-8: byte 0xe9"), result.stderr
+    assert [r["id"] for r in rules_on(admin)["rules"]] == ["torn", "slow-produce"]  # nothing sent
+
+
 def test_add_shows_the_proxys_refusal(admin: AdminServer) -> None:
     rule = "id: in-phase\nmatch: {phase: no-such-phase}\naction: {type: drop}\n"
     result = kproxy("add", "-", "--admin", admin.address, input=rule)

@@ -119,17 +119,16 @@ def add(admin: str, token_file: Path | None, timeout: float, source: str) -> Non
     file and line), then sent one by one (PUT /rules/ID).
     """
     from kproxy.faults.errors import RuleFileError
-    from kproxy.faults.loader import load_rules_document
+    from kproxy.faults.loader import decode_rule_bytes, load_rules_document
 
-    if source == "-":
-        text, name = sys.stdin.read(), "<stdin>"
-    else:
-        try:
-            text, name = Path(source).read_text(encoding="utf-8"), source
-        except OSError as exc:
-            raise click.ClickException(f"cannot read {source}: {exc}") from exc
+    name = "<stdin>" if source == "-" else source
     try:
-        rules_to_add = load_rules_document(text, name)
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise click.ClickException(f"cannot read {source}: {exc}") from exc
+    try:
+        # Not UTF-8, or too large: refused at its line, as the proxy refuses such a file.
+        rules_to_add = load_rules_document(decode_rule_bytes(raw, name), name)
     except RuleFileError as exc:
         click.echo(str(exc), err=True)
         sys.exit(1)
@@ -178,8 +177,9 @@ def reload(admin: str, token_file: Path | None, timeout: float) -> None:
 
 
 def _call(admin: str, token_file: Path | None, timeout: float, method: str, path: str, json_body: Any = None) -> Any:
-    import httpx
     from urllib.parse import quote
+
+    import httpx
 
     headers = {}
     if token_file is not None:
