@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test install system-packages kafka-jars third-party-apps kafka-streams-app bench
+.PHONY: demo test test-slow install system-packages kafka-jars third-party-apps kafka-streams-app bench
 
 $(BIN)/kproxy: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,5 +39,10 @@ demo: install system-packages
 bench: install
 	$(BIN)/kproxy bench $(ARGS)
 
-test: install system-packages kafka-jars third-party-apps kafka-streams-app
+test: install system-packages kafka-jars
 	scripts/run-tests.sh $(ARGS)
+
+# The slow tests (soaks, benchmarks, third-party applications): the applications are built first, so
+# their build is not timed as a test. Needs Go for franz-go.
+test-slow: install system-packages kafka-jars third-party-apps kafka-streams-app
+	scripts/run-tests.sh -m slow $(ARGS)
