@@ -138,7 +138,9 @@ def test_fuzzed_admin_requests_never_fail_the_server_and_refusals_change_nothing
     status, before, after, listed = trio.run(exchange, request)
     if status == -1:
         return
-    assert status < 500, request
+    # The probes say 503 by design: this in-process proxy never starts, and nothing listens upstream.
+    probe = request["path"] in ("/healthz", "/readyz") and status == 503
+    assert status < 500 or probe, request
     assert listed == 200
     json.dumps(after, allow_nan=False)
     if 400 <= status < 500:
