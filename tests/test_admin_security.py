@@ -4,18 +4,26 @@ the proxy will not expose it (docs/security.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import httpx
 import pytest
+import trio
 from click.testing import CliRunner
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from starlette.applications import Starlette
 
 from kproxy.cli import main
+from kproxy.io.admin_body import DrainUnreadBody, RefuseOversizedBody
 from kproxy.faults.limits import MAX_DOCUMENT_BYTES
 
 DROP = {"action": {"type": "drop"}}
@@ -68,6 +76,100 @@ def test_malformed_bodies_get_4xx_and_change_nothing(proxy_factory) -> None:  # 
     assert httpx.put(url, json=DROP, timeout=5).status_code == 200
     assert rule_ids(proxy) == ["x"]
     assert proxy.alive()
+
+
+FIFTY_MB = 50 * 1024 * 1024
+
+
+def _urllib_put(url: str, body: bytes, **headers: str) -> tuple[int, dict, bytes]:
+    request = urllib.request.Request(url, data=body, method="PUT", headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, dict(answer.headers), answer.read()
+    except urllib.error.HTTPError as refused:
+        return refused.code, dict(refused.headers), refused.read()
+
+
+def _raw_exchange(port: int, request: bytes) -> bytes:
+    """Send a request whole, as urllib does, then read until the server closes.
+
+    Had the server closed with the body unread, the connection would end in a reset: sendall or recv
+    would raise ConnectionResetError or BrokenPipeError, with the answer lost."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(request)
+        received = b""
+        while chunk := conn.recv(65536):
+            received += chunk
+        return received
+
+
+def test_an_oversized_body_gets_413_to_any_client_and_a_clean_close(proxy_factory, tmp_path: Path) -> None:  # noqa: ANN001
+    proxy = proxy_factory()
+    url = f"{proxy.admin_url}/rules/x"
+    big = b" " * FIFTY_MB
+    expected = f"larger than {MAX_DOCUMENT_BYTES} bytes"
+    # urllib writes the whole body before it reads a byte of the answer.
+    status, headers, text = _urllib_put(url, big)
+    assert status == 413 and expected in json.loads(text)["error"]
+    assert headers.get("Connection") == "close"
+    # curl, with its Expect: 100-continue and without it.
+    body_file = tmp_path / "big.json"
+    body_file.write_bytes(big)
+    for expect in ("Expect: 100-continue", "Expect:"):
+        done = subprocess.run(["curl", "-sS", "-X", "PUT", "-H", expect, "-H", "Content-Type: application/json",
+                               "--data-binary", f"@{body_file}", "-w", "\n%{http_code}", url],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (expect, done.stderr)
+        answer, code = done.stdout.rsplit("\n", 1)
+        assert code == "413" and expected in json.loads(answer)["error"], (expect, done.stdout[:300])
+    assert httpx.put(url, content=big, timeout=30).status_code == 413
+    # A plain socket that sends everything first: the answer, then an orderly end of the connection.
+    head = (f"PUT /rules/x HTTP/1.1\r\nHost: 127.0.0.1:{proxy.admin_port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {FIFTY_MB}\r\n\r\n").encode()
+    received = _raw_exchange(proxy.admin_port, head + big)
+    assert received.startswith(b"HTTP/1.1 413 ") and expected.encode() in received
+    assert rule_ids(proxy) == [] and proxy.alive()
+    assert httpx.put(url, json=DROP, timeout=5).status_code == 200
+
+
+async def test_a_client_that_stops_sending_its_body_is_cut_off_after_a_pause() -> None:
+    """The drain after an early answer is bounded: a client that declares 50 MB and sends a little is
+    answered at once, and the connection closed after the pause the drain allows."""
+    app = DrainUnreadBody(RefuseOversizedBody(Starlette()), drain_idle_seconds=0.3)
+    config = HypercornConfig()
+    config.bind = ["127.0.0.1:0"]
+    async with trio.open_nursery() as nursery:
+        (bound,) = await nursery.start(hypercorn_serve, app, config)
+        port = int(bound.rsplit(":", 1)[1])
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(b"PUT /rules/x HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                  + f"Content-Length: {FIFTY_MB}\r\n\r\n".encode() + b" " * 65536)
+            received, answered = b"", None
+            started = trio.current_time()
+            with trio.fail_after(10):
+                while chunk := await stream.receive_some(65536):
+                    received += chunk
+                    if answered is None and b"\r\n\r\n" in received:
+                        answered = trio.current_time() - started
+            closed = trio.current_time() - started
+        nursery.cancel_scope.cancel()
+    assert received.startswith(b"HTTP/1.1 413 ")
+    assert answered is not None and answered < 0.3 <= closed < 5, (answered, closed)
+
+
+def test_a_refusal_before_the_body_is_read_reaches_a_client_still_sending(proxy_factory, tmp_path: Path) -> None:  # noqa: ANN001
+    """401 without the token, for a body under the limit but far larger than a socket buffer: urllib hears it."""
+    token_file = tmp_path / "admin-token"
+    proxy = proxy_factory("--admin-token-file", str(token_file), "--generate-admin-token")
+    status, _, text = _urllib_put(f"{proxy.admin_url}/rules/x", b" " * (MAX_DOCUMENT_BYTES - 1))
+    assert status == 401 and "bearer token" in json.loads(text)["error"]
+    # Too large and without the token: who may call is decided first.
+    status, _, _ = _urllib_put(f"{proxy.admin_url}/rules/x", b" " * FIFTY_MB)
+    assert status == 401
+    token = token_file.read_text().strip()
+    status, _, _ = _urllib_put(f"{proxy.admin_url}/rules/x", b" " * FIFTY_MB, Authorization=f"Bearer {token}")
+    assert status == 413
 
 
 # -- Host and Origin ----------------------------------------------------------------

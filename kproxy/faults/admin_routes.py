@@ -139,9 +139,7 @@ def rules_routes(
 
 async def _read_bounded_body(request: Request, limit: int) -> bytes | None:
     """The body, or None as soon as it is known to exceed `limit` bytes (the rest is never read)."""
-    declared = request.headers.get("content-length", "")
-    # Compared as text first: no body we take has a length of more than ten digits.
-    if len(declared) > 10 or (declared.isdigit() and int(declared) > limit):
+    if declares_more_than(request.headers.get("content-length"), limit):
         return None
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -150,6 +148,13 @@ async def _read_bounded_body(request: Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def declares_more_than(content_length: str | None, limit: int) -> bool:
+    """Does this Content-Length header declare a body of more than `limit` bytes?"""
+    declared = (content_length or "").strip()
+    # Compared as text first: no body we take has a length of more than ten digits.
+    return len(declared) > 10 or (declared.isdigit() and int(declared) > limit)
 
 
 def _error(status: int, message: str) -> JSONResponse:

@@ -1,4 +1,5 @@
-"""Admin HTTP: /metrics, /healthz, /readyz, /txns and the rules API, served on trio behind `AdminGuard`."""
+"""Admin HTTP: /metrics, /healthz, /readyz, /txns and the rules API, served on trio behind `AdminGuard`,
+with oversized bodies refused and unread ones drained (`kproxy.io.admin_body`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kproxy.faults.admin_routes import rules_routes
+from kproxy.io.admin_body import DrainUnreadBody, RefuseOversizedBody
 from kproxy.io.admin_guard import AdminGuard, check_exposure, is_loopback
 from kproxy.obs import metrics
 
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kproxy.admin")
 
 
-def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) -> AdminGuard:
+def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) -> DrainUnreadBody:
     # Rendered on a worker thread, shared by the scrapes that arrive together (kproxy.obs.metrics).
     rendered = metrics.SharedRender(metrics.REGISTRY, prepare=proxy.flush_txn_stats)
 
@@ -86,7 +88,11 @@ def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) 
     ]
     endpoint = proxy.config.admin
     loopback = endpoint is not None and is_loopback(endpoint.host)
-    return AdminGuard(Starlette(routes=routes), token=proxy.config.admin_token, loopback=loopback)
+    # Who may call comes first (403, 401), then the body's declared size (413); every answer given before
+    # the body ended is finished only after the rest is drained, so the client can read it.
+    guarded = AdminGuard(RefuseOversizedBody(Starlette(routes=routes)), token=proxy.config.admin_token,
+                         loopback=loopback)
+    return DrainUnreadBody(guarded)
 
 
 async def serve_admin(
