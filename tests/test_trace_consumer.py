@@ -259,6 +259,44 @@ async def test_an_offset_commit_carries_its_group_and_committed_offsets(tmp_path
         ("orders", 0, 0), ("orders", 1, 25)]
 
 
+# ------------------------------------------------------------------ DeleteTopics: what no later read can find
+
+
+def delete_topics(version: int, names: tuple[str, ...]) -> Any:
+    m = schema("delete_topics", version)
+    if version < 6:
+        return build(m.DeleteTopicsRequest, topic_names=names, timeout=datetime.timedelta(seconds=5))
+    # v6+: by name, or by topic id alone (the trace names it from what Metadata told it).
+    states = tuple(m.DeleteTopicState(name=None, topic_id=TOPIC_ID) if n == "orders" else
+                   m.DeleteTopicState(name=n, topic_id=UNKNOWN_ID) for n in names)
+    return build(m.DeleteTopicsRequest, topics=states, timeout=datetime.timedelta(seconds=5))
+
+
+def delete_topics_answer(version: int, errors: dict[str, int], correlation_id: int) -> bytes:
+    m = schema("delete_topics", version, "response")
+    results = tuple(build(m.DeletableTopicResult, name=n, topic_id=TOPIC_ID, error_code=ErrorCode(e),
+                          error_message=None) for n, e in errors.items())
+    return encode_response(build(m.DeleteTopicsResponse, throttle_time=datetime.timedelta(0), responses=results),
+                           correlation_id)
+
+
+@pytest.mark.parametrize("version", range(1, 7))
+async def test_a_delete_topics_carries_the_topics_it_deletes_and_each_answer(tmp_path: Path, version: int) -> None:
+    def offer(events: TraceEvents, writer: TraceWriter) -> None:
+        row, ex = fast_path(events, delete_topics(version, ("orders", "audit")))
+        writer.offer(row)
+        writer.offer(events.fast_response(Conn, ex, delete_topics_answer(version, {"orders": 0, "audit": 41}, 1), 0.0))
+
+    writer, _ = traced(tmp_path, "records", offer)
+    request, response = await written(writer)
+    assert [p["topic"] for p in request["partitions"]] == ["orders", "audit"]
+    assert [(p["topic"], p["error_code"]) for p in response["partitions"]] == [("orders", 0), ("audit", 41)]
+    # At level `headers` the event is there, without its topics.
+    writer, _ = traced(tmp_path, "headers", offer)
+    request, response = await written(writer)
+    assert request["partitions"] is None and response["error_codes"] == [41]
+
+
 # ------------------------------------------------------------------ TxnOffsetCommit: the tracker decodes it
 
 

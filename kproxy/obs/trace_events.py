@@ -17,23 +17,23 @@ import time
 from typing import Any
 
 from kproxy.obs.trace_records import (
-    POSITION_APIS,
-    CommitResponseRecords,
+    DECODED_REQUEST_APIS,
+    DECODED_RESPONSE_APIS,
+    DecodedResponseRecords,
     FetchResponseRecords,
     ProduceRequestRecords,
     ProduceResponseRecords,
     RawPartitions,
     RequestRecords,
     RequestViews,
+    RESPONSE_VIEWS,
 )
 from kproxy.obs.trace_schema import FIELD_NAMES
 from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis, record_views
 from kproxy.protocol.error_scan import response_error_codes
 from kproxy.protocol.produce_peek import body_start
-from kproxy.protocol.request_peek import FACT_APIS, OFFSET_COMMIT, request_facts
-
-COMMIT_APIS = frozenset({OFFSET_COMMIT, apis.TXN_OFFSET_COMMIT})
+from kproxy.protocol.request_peek import FACT_APIS, request_facts
 
 # What fills each field of an exchange's event, as an expression over the
 # builder's arguments: conn (its conn_id, client_addr, node_id; None for a
@@ -167,7 +167,7 @@ class PendingRow:
                 # A consumer's request: its facts, read in place, and at `records` its positions.
                 frame, body, views = raw
                 isolation, group = request_facts(ex.api_key, ex.api_version, frame, body)
-                if views is not None and ex.api_key in POSITION_APIS:
+                if views is not None and ex.api_key in DECODED_REQUEST_APIS:
                     partitions = RequestRecords(ex.api_key, ex.api_version, frame, body, views)
             return exchange_row(self.conn, ex, "request", self.size, self.wall, self.mono, self.proxy_id,
                                 partitions=partitions, isolation_level=isolation, group_id=group)
@@ -197,8 +197,8 @@ class TraceEvents:
         # Fast-path requests whose frame goes to the writer with their event:
         # a Fetch's isolation level and a group API's group id are read from
         # it at either level, and at `records` the Produce batches, the Fetch
-        # positions and the committed offsets.
-        self.framed_requests = FACT_APIS | {apis.PRODUCE} if records else FACT_APIS
+        # positions, the committed offsets and the deleted topics.
+        self.framed_requests = FACT_APIS | DECODED_REQUEST_APIS | {apis.PRODUCE} if records else FACT_APIS
 
     def produce_records(self, ex: Exchange, frame: bytes, header: Any) -> None:
         """At level `records`: the Produce request's batches, scanned by the writer later."""
@@ -210,7 +210,7 @@ class TraceEvents:
         """At level `records`, a request off the fast path: what the writer traces of it later."""
         if ex.api_key == apis.PRODUCE:
             self.produce_records(ex, ex.request_frame, ex.header)
-        elif ex.api_key in POSITION_APIS and ex.header.body_offset >= 0:
+        elif ex.api_key in DECODED_REQUEST_APIS and ex.header.body_offset >= 0:
             ex.request_partitions = RequestRecords(
                 ex.api_key, ex.api_version, ex.request_frame, 4 + ex.header.body_offset, self.request_views,
                 self.ledger, decoded=ex.request_body,
@@ -241,8 +241,8 @@ class TraceEvents:
                 partitions = record_views.fetch_response_partitions(decoded, names)
                 if upstream is not None:
                     upstream_partitions = record_views.fetch_response_partitions(upstream, names)
-            elif ex.api_key in COMMIT_APIS:
-                partitions = record_views.offset_commit_response_partitions(decoded, names)
+            elif ex.api_key in DECODED_RESPONSE_APIS:
+                partitions = RESPONSE_VIEWS[ex.api_key](decoded, names)
         return exchange_row(
             conn, ex, "response", size, time.time(), time.monotonic_ns(), self.proxy_id,
             latency=(now - ex.arrived) * 1000.0,
@@ -289,8 +289,8 @@ class TraceEvents:
                 )
             elif ex.api_key == apis.PRODUCE and frame is not None:
                 raw = ProduceResponseRecords(ex.request_partitions, ex.api_version, frame, ledger=self.ledger)
-            elif ex.api_key in COMMIT_APIS and frame is not None:
-                raw = CommitResponseRecords(ex.api_key, ex.api_version, frame, self.topic_names, self.ledger)
+            elif ex.api_key in DECODED_RESPONSE_APIS and frame is not None:
+                raw = DecodedResponseRecords(ex.api_key, ex.api_version, frame, self.topic_names, self.ledger)
         if not isinstance(raw, RawPartitions) and codes is None and frame is not None and (
             ex.api_key == apis.FETCH or len(frame) > self.DEFER_FRAME_BYTES
         ):

@@ -33,9 +33,25 @@ Store = Callable[..., tuple[str, int]]  # (raw bytes, key=None) -> (side file na
 # served the same batches at the same offsets. Smaller ones are not worth the hash.
 DEDUPE_MIN_BYTES = 64 * 1024
 SIDE_FIELDS = ("compression", "batches", "records", "records_file", "records_offset", "records_length")
-# Requests whose partitions level `records` traces without records: where a
-# Fetch asked to read from, the offsets a commit commits.
-POSITION_APIS = frozenset({apis.FETCH, request_peek.OFFSET_COMMIT, apis.TXN_OFFSET_COMMIT})
+DELETE_TOPICS = apis.API_KEYS["delete_topics"]
+# Requests whose partitions level `records` traces without records, decoded by
+# the writer: where a Fetch asked to read from, the offsets a commit commits,
+# the topics a DeleteTopics deletes (whose records no later read can find).
+REQUEST_VIEWS = {
+    apis.FETCH: record_views.fetch_request_partitions,
+    request_peek.OFFSET_COMMIT: record_views.offset_commit_partitions,
+    apis.TXN_OFFSET_COMMIT: record_views.offset_commit_partitions,
+    DELETE_TOPICS: record_views.delete_topics_partitions,
+}
+DECODED_REQUEST_APIS = frozenset(REQUEST_VIEWS)
+# Small responses without records whose entries the writer decodes with kio: a commit's error per
+# partition, a DeleteTopics' error per topic.
+RESPONSE_VIEWS = {
+    request_peek.OFFSET_COMMIT: record_views.offset_commit_response_partitions,
+    apis.TXN_OFFSET_COMMIT: record_views.offset_commit_response_partitions,
+    DELETE_TOPICS: record_views.delete_topics_response_partitions,
+}
+DECODED_RESPONSE_APIS = frozenset(RESPONSE_VIEWS)
 
 
 def _partition(**values: Any) -> dict[str, Any]:
@@ -294,7 +310,8 @@ class FetchResponseRecords(RawPartitions):
 
 
 class RequestViews:
-    """The positions in a proxy's Fetch, OffsetCommit and TxnOffsetCommit requests, decoded with kio by the writer.
+    """The entries of a proxy's DECODED_REQUEST_APIS requests (Fetch positions, committed offsets, deleted
+    topics), decoded with kio by the writer.
 
     A consumer with nothing to read sends the same Fetch request again and
     again (thousands a second to a broker that answers an empty Fetch at
@@ -329,9 +346,7 @@ class RequestViews:
     def of_body(self, api_key: int, version: int, body: Any) -> list[dict[str, Any]] | None:
         """The partitions of a decoded request."""
         try:
-            if api_key == apis.FETCH:
-                return record_views.fetch_request_partitions(body, self.topic_names)
-            return record_views.offset_commit_partitions(body, self.topic_names)
+            return REQUEST_VIEWS[api_key](body, self.topic_names)
         except AttributeError as exc:
             log.debug("%s request v%d not traced: %s", apis.api_name(api_key), version, exc)
             return None
@@ -381,9 +396,9 @@ class RequestRecords(RawPartitions):
         self.decoded = None
 
 
-class CommitResponseRecords(RawPartitions):
-    """An OffsetCommit or TxnOffsetCommit response forwarded untouched: one kio decode gives the event's
-    error codes and each partition's error code."""
+class DecodedResponseRecords(RawPartitions):
+    """A response of DECODED_RESPONSE_APIS forwarded untouched: one kio decode gives the event's
+    error codes and each entry's (RESPONSE_VIEWS)."""
 
     __slots__ = ("api_key", "version", "frame", "topic_names", "_decoded")
 
@@ -417,7 +432,7 @@ class CommitResponseRecords(RawPartitions):
         self._decoded = None
         if body is None:
             return None
-        return record_views.offset_commit_response_partitions(body, self.topic_names)
+        return RESPONSE_VIEWS[self.api_key](body, self.topic_names)
 
     def _forget(self) -> None:
         self.frame = b""

@@ -233,6 +233,20 @@ def offset_commit_response_partitions(resp: Any, topic_names: TopicNames | None 
     return views
 
 
+def delete_topics_partitions(req: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
+    """The topics a DeleteTopics request deletes: one entry per topic, `topic` only (by name before v6,
+    by name or topic id since)."""
+    names = getattr(req, "topic_names", None)
+    if names is not None:
+        return [{"topic": str(name)} for name in names]
+    return [{"topic": _topic_name(topic, topic_names)} for topic in req.topics]
+
+
+def delete_topics_response_partitions(resp: Any, topic_names: TopicNames | None = None) -> list[dict[str, Any]]:
+    """A DeleteTopics response: `topic` and `error_code` per topic (0: deleted)."""
+    return [{"topic": _topic_name(topic, topic_names), "error_code": int(topic.error_code)} for topic in resp.responses]
+
+
 def side_records(raw: bytes | memoryview, api: str | None, direction: str | None, partition: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     """The `records` of a version-3 partition from its raw batches (read from the side file).
 
