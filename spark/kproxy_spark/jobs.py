@@ -234,6 +234,10 @@ def analyze(
         totals, summary_rows, timeline = stats_job.result()
         history_cases, unseen, micro_ops = checks_job.result()
         wire_cases, wire_stats = wire_job.result() if wire_job is not None else ({}, {})
+    if derived and "unseen" in history_cases:
+        from kproxy_spark.derived.describe import set_aside_deleted
+
+        history_cases["unseen"] = set_aside_deleted(history_cases["unseen"], derivation)
     if not totals["ops"]:
         raise InputError(f"no operations in {history_path}" if not derived else
                          f"the traces in {traces_dir} show no client sending or reading a record")
@@ -302,7 +306,7 @@ def _derived_history(spark, traces_dir, isolation: str, step: Progress, held: li
     # Checkpointed: the checks then plan over stored rows, not over the derivation's joins and windows.
     ops = derive_history(spark, traces, keys, isolation, clock, parts).localCheckpoint(eager=True)
     held.append(ops)
-    return traces, parts, ops, describe.derivation(ops, keys)
+    return traces, parts, ops, {**describe.derivation(ops, keys), "deleted_topics": describe.deleted_topics(traces)}
 
 
 def main(argv: list[str] | None = None) -> int:

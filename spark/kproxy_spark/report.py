@@ -264,6 +264,20 @@ def cause_lines(report: Mapping[str, Any], width: int = 100) -> list[str]:
     return lines
 
 
+def not_judged_lines(derived: Mapping[str, Any], width: int = 100) -> list[str]:
+    """What a history derived from the wire could not judge: checks with nothing to look at, grouped by
+    why, and writes into topics deleted before anything read them."""
+    by_reason: dict[str, list[str]] = {}
+    for check, reason in (derived.get("not_applicable") or {}).items():
+        by_reason.setdefault(reason, []).append(check)
+    said = [f"not applicable: {', '.join(checks)} ({reason})" for reason, checks in by_reason.items()]
+    gone = derived.get("deleted_unread")
+    if gone:
+        said.append(f"not judged: {gone['writes']} write(s) into {len(gone['topics'])} deleted topic(s): {gone['why']}")
+    return [line for text in said for line in textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ",
+                                                            break_on_hyphens=False)]
+
+
 def format_summary(report: Mapping[str, Any], report_dir: str | None = None, example_width: int = 110) -> str:
     """A short terminal summary: the verdict, each anomaly present with a
     count, one example and its causes, the first case of each explained
@@ -278,6 +292,7 @@ def format_summary(report: Mapping[str, Any], report_dir: str | None = None, exa
         lines.extend(textwrap.wrap(f"why unknown: {stats['unknown_reason']}", 100, initial_indent="  ",
                                    subsequent_indent="    ", break_on_hyphens=False))
     lines.extend(cause_lines(report))
+    lines.extend(not_judged_lines(stats.get("derived_history") or {}))
     for name in report.get("anomaly_types", ()):
         kind = "error" if name in errors else "info"
         cases = report["anomalies"].get(name) or [{}]

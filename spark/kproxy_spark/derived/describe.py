@@ -27,6 +27,34 @@ NEEDS = {
 }
 
 
+def deleted_topics(traces: DataFrame) -> list[str]:
+    """Topics a DeleteTopics answer said were deleted (error code 0): one small job."""
+    answered = traces.where((F.col("api") == "delete_topics") & (F.col("direction") == "response")).select(
+        F.explode("partitions").alias("p")).where(F.col("p.error_code") == 0)
+    return sorted({row[0] for row in answered.select("p.topic").distinct().collect()})
+
+
+def set_aside_deleted(unseen: list[dict], derived: dict) -> list[dict]:
+    """The unseen writes a read could still have found; those into topics deleted during the run are
+    counted in `derived["deleted_unread"]` instead. Once its topic is gone, a write no consumer read
+    cannot be told lost or merely unread: it is not judged, and says so, rather than made `unknown` (or,
+    after final reads, lost)."""
+    deleted = set(derived.get("deleted_topics") or ())
+    if not deleted or not unseen:
+        return unseen
+    topic_of = {p["key"]: p["topic"] for p in derived["partitions"]}
+    kept = [case for case in unseen if topic_of.get(case.get("key")) not in deleted]
+    gone = [case for case in unseen if topic_of.get(case.get("key")) in deleted]
+    if gone:
+        derived["deleted_unread"] = {
+            "writes": len(gone),
+            "topics": sorted({topic_of[case["key"]] for case in gone}),
+            "why": "acknowledged writes no consumer read before their topic was deleted (DeleteTopics): no "
+                   "read can find them any more, so whether they were lost is not judged",
+        }
+    return kept
+
+
 def derivation(ops: DataFrame, keys: Keys) -> dict:
     """Counts of what the derived history holds (one small job) and the checks that do not apply."""
     done = ops.where(F.col("type") != "invoke")
