@@ -199,3 +199,6 @@ def test_workload_command_rejects_bad_settings(broker, tmp_path: Path) -> None:
     assert result.exit_code == 2 and "transactional" in result.output
     result = CliRunner().invoke(main, [*args, "--no-progress", "--producer-config", "no.such.setting=1"])
     assert result.exit_code == 2 and "the workload stopped" in result.output
+    # aiokafka's adapter checks every setting before a client exists.
+    result = CliRunner().invoke(main, [*args, "--client", "aiokafka", "--producer-config", "delivery.timeout.ms=1"])
+    assert result.exit_code == 2 and "aiokafka's producer has no setting 'delivery.timeout.ms'" in result.output

@@ -11,11 +11,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import aiokafka.errors as aerr
 import pytest
 
-from kproxy.workload.clients import confluent
+from kproxy.workload.clients import aiokafka_client, confluent
 from kproxy.workload.clients.guard import guarded
-from kproxy.workload.errors import ClientFailure
+from kproxy.workload.errors import (
+    ClientFailure,
+    classify_commit,
+    classify_in_txn,
+    classify_produce,
+    classify_read,
+)
 from kproxy.workload.history import read_history, validate_history
 from kproxy.workload.runner import run_workload
 from tests.test_workload import check_history, quick_config
@@ -121,3 +128,96 @@ def test_a_kept_failure_does_not_keep_a_closed_producer_alive():
     gc.collect()
     assert kept.value.name == "_TIMED_OUT"
     assert not [o for o in gc.get_objects() if isinstance(o, confluent_kafka.Producer) and id(o) == handle_id]
+
+
+# --------------------------------------------------------------------------- aiokafka
+# aiokafka's own exception classes, raised as aiokafka raises them, through the adapter's mapping
+# and the workload's rules.
+
+
+def _aiokafka_sender_death(cause: BaseException) -> BaseException:
+    """What aiokafka's producer raises once its sender routine died of `cause` (sender.py)."""
+    try:
+        try:
+            raise cause
+        except Exception as exc:
+            raise aerr.KafkaError("Unexpected error during batch delivery") from exc
+    except aerr.KafkaError as wrapped:
+        return wrapped
+
+
+def _in_txn(failure: ClientFailure):
+    return classify_in_txn(failure, aborted=False)
+
+
+def _commit(failure: ClientFailure):
+    return classify_commit(failure, aborted_after=False)
+
+
+@pytest.mark.parametrize(
+    ("raised", "enqueued", "classify", "name", "retriable", "fatal", "outcome"),
+    [
+        (aerr.RequestTimedOutError(), True, classify_produce, "REQUEST_TIMED_OUT", True, False, "info"),
+        (aerr.NotEnoughReplicasAfterAppendError(), True, classify_produce, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", True,
+         False, "info"),
+        (aerr.OutOfOrderSequenceNumber(), True, classify_produce, "OUT_OF_ORDER_SEQUENCE_NUMBER", False, True, "info"),
+        (aerr.MessageSizeTooLargeError(), True, classify_produce, "MESSAGE_SIZE_TOO_LARGE", False, False, "fail"),
+        (aerr.TopicAuthorizationFailedError(), True, classify_produce, "TOPIC_AUTHORIZATION_FAILED", False, False,
+         "fail"),
+        # send() could not get buffer space in time: the record was never queued.
+        (aerr.KafkaTimeoutError(), False, classify_produce, "KafkaTimeoutError", False, False, "fail"),
+        (aerr.IllegalOperation("Can't send messages while not in transaction"), False, classify_produce,
+         "IllegalOperation", False, False, "fail"),
+        # aiokafka raises ProducerFenced for INVALID_PRODUCER_EPOCH too; Kafka's name is PRODUCER_FENCED.
+        (aerr.ProducerFenced(), True, _commit, "PRODUCER_FENCED", False, True, "info"),
+        (_aiokafka_sender_death(aerr.InvalidTxnState()), True, _in_txn, "INVALID_TXN_STATE", False, True, "fail"),
+        (_aiokafka_sender_death(aerr.InvalidTxnState()), True, _commit, "INVALID_TXN_STATE", False, True, "info"),
+        (aerr.ConcurrentTransactions(), True, _commit, "CONCURRENT_TRANSACTIONS", False, False, "info"),
+        (aerr.GroupCoordinatorNotAvailableError(), True, classify_read, "COORDINATOR_NOT_AVAILABLE", True, False,
+         "fail"),
+        (aerr.ConsumerStoppedError(), True, classify_read, "ConsumerStoppedError", False, True, "fail"),
+    ],
+)
+def test_aiokafka_errors_map_as_the_other_clients_do(raised, enqueued, classify, name, retriable, fatal,
+                                                     outcome) -> None:
+    failure = aiokafka_client.failure_from_exception(raised, enqueued=enqueued)
+    assert (failure.name, failure.retriable, failure.fatal, failure.library_error) == (name, retriable, fatal, False)
+    assert classify(failure).type == outcome
+
+
+def test_aiokafka_errors_the_library_does_not_define_are_the_library_breaking() -> None:
+    failure = aiokafka_client.failure_from_exception(AssertionError("Invalid state transition"))
+    assert failure.library_error and classify_produce(failure).type == "info"
+    # A consumer whose coordinator routine died of an internal assertion fails every poll from then on:
+    # a definite failure of that poll, and a client to replace.
+    try:
+        try:
+            raise AssertionError
+        except AssertionError as exc:
+            raise aerr.KafkaError("Unexpected error during coordination AssertionError()") from exc
+    except aerr.KafkaError as died:
+        failure = aiokafka_client.failure_from_exception(died)
+    assert (failure.name, failure.fatal, failure.library_error) == ("AssertionError", True, False)
+    assert classify_read(failure).type == "fail"
+
+
+def test_aiokafka_takes_librdkafka_names_and_refuses_what_it_does_not_have() -> None:
+    import ssl
+
+    import certifi
+
+    settings = aiokafka_client.aiokafka_settings
+    assert settings({"enable.idempotence": "false", "linger.ms": "5", "batch.size": "1000",
+                     "compression.codec": "none", "acks": "all", "sasl.username": "u"}, "producer") == {
+        "enable_idempotence": False, "linger_ms": 5, "max_batch_size": 1000, "compression_type": None,
+        "acks": "all", "sasl_plain_username": "u"}
+    assert settings({"fetch.wait.max.ms": "50", "max_poll_records": "7", "isolation.level": "read_uncommitted"},
+                    "consumer") == {"fetch_max_wait_ms": 50, "max_poll_records": 7,
+                                    "isolation_level": "read_uncommitted"}
+    secured = settings({"security.protocol": "SSL", "ssl.ca.location": certifi.where()}, "admin")
+    assert secured["security_protocol"] == "SSL" and isinstance(secured["ssl_context"], ssl.SSLContext)
+    with pytest.raises(ValueError, match="aiokafka's producer has no setting 'delivery.timeout.ms'"):
+        settings({"delivery.timeout.ms": "1000"}, "producer")
+    # Refused before any client exists: the admin client takes every --client-config setting too.
+    with pytest.raises(ValueError, match="aiokafka's admin has no setting 'isolation.level'"):
+        aiokafka_client.AiokafkaFactory("127.0.0.1:9", {}, {}, {"isolation.level": "read_committed"})

@@ -81,7 +81,8 @@ def workload(history_path: Path, duration: float | None, ops: int | None, topic_
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not verbose:
         # Client libraries log every reconnect; the history already says what matters.
-        logging.getLogger("kafka").setLevel(logging.CRITICAL)
+        for library in ("kafka", "aiokafka"):
+            logging.getLogger(library).setLevel(logging.CRITICAL)
     if duration is None and ops is None:
         duration = 10.0
     extra = {"topic_prefix": topic_prefix} if topic_prefix else {}

@@ -48,6 +48,7 @@ DEFINITE_PRODUCE_ERRORS = frozenset({
     "_STATE",
     "MSG_SIZE_TOO_LARGE",
     "MESSAGE_TOO_LARGE",
+    "MESSAGE_SIZE_TOO_LARGE",  # error 10 as kafka-python and aiokafka name it
     "RECORD_LIST_TOO_LARGE",
     "INVALID_RECORD",
     "CORRUPT_MESSAGE",

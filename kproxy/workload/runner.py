@@ -44,8 +44,11 @@ def run_workload(config: WorkloadConfig, history_path: str | Path, progress: boo
     """Run the workload against config.bootstrap and write its history to history_path."""
     started = time.monotonic()
     history_path = Path(history_path)
-    factory = client_factory(config.client, config.bootstrap, {**config.client_config, **config.producer_config},
-                             {**config.client_config, **config.consumer_config}, config.client_config)
+    try:
+        factory = client_factory(config.client, config.bootstrap, {**config.client_config, **config.producer_config},
+                                 {**config.client_config, **config.consumer_config}, config.client_config)
+    except ValueError as exc:  # a client that checks its settings up front (aiokafka) refused one
+        raise WorkloadError(f"the workload could not start: {exc}") from exc
     try:
         result = _run(config, factory, history_path, progress)
     finally:

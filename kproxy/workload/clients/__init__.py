@@ -22,4 +22,8 @@ def client_factory(name: str, bootstrap: str, producer_overrides: Mapping[str, s
         from kproxy.workload.clients.java import JavaFactory
 
         return JavaFactory(bootstrap, producer_overrides, consumer_overrides, admin_overrides=admin_overrides or {})
-    raise ValueError(f"unknown client {name!r} (confluent-kafka, kafka-python or java)")
+    if name == "aiokafka":
+        from kproxy.workload.clients.aiokafka_client import AiokafkaFactory
+
+        return AiokafkaFactory(bootstrap, producer_overrides, consumer_overrides, admin_overrides=admin_overrides or {})
+    raise ValueError(f"unknown client {name!r} (confluent-kafka, kafka-python, java or aiokafka)")
