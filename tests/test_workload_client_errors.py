@@ -221,3 +221,19 @@ def test_aiokafka_takes_librdkafka_names_and_refuses_what_it_does_not_have() -> 
     # Refused before any client exists: the admin client takes every --client-config setting too.
     with pytest.raises(ValueError, match="aiokafka's admin has no setting 'isolation.level'"):
         aiokafka_client.AiokafkaFactory("127.0.0.1:9", {}, {}, {"isolation.level": "read_committed"})
+
+
+def test_tansu_refuses_aiokafkas_producer_id_and_the_refused_clients_leave_nothing_running(broker) -> None:
+    # Tansu 0.6 answers InitProducerId v0, the only version aiokafka sends, with UNKNOWN_SERVER_ERROR
+    # (its log: producer=None epoch=None): no idempotent aiokafka producer starts there (docs/brokers.md).
+    import threading
+
+    factory = aiokafka_client.AiokafkaFactory(broker.bootstrap, {}, {})
+    with pytest.raises(ClientFailure) as refused:
+        factory.producer("aiokafka-tansu-idempotent", None)  # starts at once: a client that cannot, is not made
+    assert (refused.value.name, refused.value.retriable, refused.value.library_error) == ("UNKNOWN", False, False)
+    producer = factory.producer("aiokafka-tansu-txn", "tx-aiokafka-tansu")
+    with pytest.raises(ClientFailure, match="UNKNOWN"):
+        producer.init_transactions(5)
+    producer.close(False, 0)  # what the worker does with a process that could not open its clients
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("aiokafka-aiokafka-tansu")]

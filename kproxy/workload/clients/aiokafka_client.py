@@ -298,17 +298,18 @@ class AiokafkaProducer:
         self._loop = ClientLoop(f"aiokafka-{name}")
         self._pending: list[tuple[asyncio.Future[Any], Delivery]] = []  # touched on the loop only
         self._started = False
+        self._p: aiokafka.AIOKafkaProducer | None = None
 
         async def make() -> aiokafka.AIOKafkaProducer:
             return aiokafka.AIOKafkaProducer(**config)  # type: ignore[arg-type]
 
         try:
             # A setting aiokafka refuses (ValueError, TypeError) stops the run: it is not guarded.
-            self._p: aiokafka.AIOKafkaProducer | None = self._loop.run(make(), LOCAL_CALL_BOUND)
+            self._p = self._loop.run(make(), LOCAL_CALL_BOUND)
             if not self._transactional:
                 self._start(self._send_bound)
         except BaseException:
-            self._loop.stop()
+            self.close(False, 0.0)
             raise
 
     @property
@@ -423,17 +424,15 @@ class AiokafkaProducer:
 
     def close(self, clean: bool, timeout: float) -> None:
         producer, self._p = self._p, None
-        if producer is None:
-            return
-        if clean:
+        if producer is not None and clean:
             try:
                 # stop() sends what is buffered and waits for it, then closes the connections.
                 self._loop.run(producer.stop(), timeout)
             except Exception as exc:
                 log.debug("aiokafka producer stop: %r", exc)
-        else:
+        elif producer is not None:
             producer._closed = True  # its stop() would flush: a crash never calls it
-        self._loop.stop(producer.client)
+        self._loop.stop(*([producer.client] if producer is not None else []))
 
 
 # --------------------------------------------------------------------------- consumer
