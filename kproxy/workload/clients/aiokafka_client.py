@@ -329,12 +329,13 @@ class AiokafkaProducer:
 
         return self._loop.run(translated(), timeout)
 
-    def _refuse_if_dead(self) -> None:
-        """aiokafka's state machine asserts on a call after a fatal error: answer with the error instead."""
+    def _refuse_if_dead(self, enqueued: bool = True) -> None:
+        """After a fatal error aiokafka's state machine asserts, and a record sent would wait forever: answer
+        with the error that killed the sender instead."""
         producer = self._producer
         task = producer._sender.sender_task
         if task is not None and task.done() and not task.cancelled() and task.exception() is not None:
-            raise failure_from_exception(task.exception(), producer)  # type: ignore[arg-type]
+            raise failure_from_exception(task.exception(), producer, enqueued)  # type: ignore[arg-type]
 
     def _start(self, timeout: float) -> None:
         # start() bootstraps and, for an idempotent or transactional producer, gets its producer id
@@ -358,6 +359,7 @@ class AiokafkaProducer:
         self._pending = still
 
     def send(self, topic: str, partition: int, key: bytes, value: bytes) -> Delivery:
+        self._refuse_if_dead(enqueued=False)
         delivery = Delivery()
         producer = self._producer
 
@@ -617,4 +619,4 @@ class AiokafkaFactory:
                 loop.run(admin.close(), CRASH_GRACE)
             except Exception as exc:
                 log.debug("aiokafka admin close: %r", exc)
-            loop.stop()
+            loop.stop(admin._client)  # its connections, should close() not have finished
