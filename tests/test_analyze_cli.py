@@ -60,6 +60,19 @@ def test_analyze_finds_and_explains_the_torn_transaction(spark, tmp_path):
     assert {r["api"] for r in report["stats"]["latency"]} == {"produce", "end_txn", "fetch"}
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 2 and "torn-transaction" in html
+    # The torn transaction is drawn from its exchanges, fetched from the wire views after the checks.
+    story = torn["wire_story"]
+    [copy] = [e for e in story["end_txns"] if e["copy"] == 1]
+    assert (copy["txn_client"], copy["txn_broker"], copy["hazard"], copy["rule"]) == (1, 2, "stale_end_txn", "torn")
+    fates = {(r["key"], r["value"]): (r["fate"], r["decided_by"]) for p in story["produces"] for r in p["records"]}
+    assert fates[(7, 2)] == fates[(7, 3)] == ("committed", [copy["conn_id"], copy["correlation_id"], 1])
+    assert fates[(7, 1)][0] == "aborted"
+    [late] = [p for p in story["produces"] if p["hazard"] == "late_produce"]
+    assert (late["rule"], late["action"], late["txn_client"], late["txn_broker"]) == ("torn", "delay", 1, 2)
+    assert "phases_s" in report["stats"] and "wire_stories" in report["stats"]["phases_s"]
+    figure = html[html.index("id='draw-torn-transaction-1'"):]
+    assert "copy 1: EndTxn(commit) client txn 1" in figure[:figure.index("</figure>")]
+    assert "Drawn: 1 of 1 case" in html
 
 
 @pytest.mark.spark

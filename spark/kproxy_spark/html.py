@@ -1,4 +1,5 @@
-"""report.html: one self-contained page (plots embedded as base64 PNG).
+"""report.html: one self-contained page (plots embedded as base64 PNG, the
+first cases of each class drawn as inline SVG: kproxy_spark.drawings).
 
 Everything is drawn from the report dict, so the page can be re-rendered
 from a saved report.json without Spark. Times on the x axis are seconds
@@ -21,7 +22,9 @@ matplotlib.use("Agg")  # no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from kproxy_spark.report import explain  # noqa: E402
+from kproxy_spark.checks.sentences import sentence_of  # noqa: E402
+from kproxy_spark.drawings.sections import UNTOLD, drawn_count, section  # noqa: E402
+from kproxy_spark.report import WHY_ORDER  # noqa: E402
 
 NS = 1e9
 TIME_FIELDS = ("time", "send_time", "seen_time")  # history clock, ns
@@ -183,6 +186,21 @@ def causes_plot(report: Mapping[str, Any]) -> str | None:
     return _png(fig)
 
 
+def _cell(value: Any) -> str:
+    """A table cell as text, not JSON: lists joined, [key, value] pairs as Kafka engineers write them."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(v, (list, tuple)) for v in value):
+            return " ".join("[" + ",".join(_cell(x) for x in v) + "]" for v in value)
+        return ", ".join(_cell(v) for v in value)
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k} {_cell(v)}" for k, v in value.items())
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
 def _table(rows: list[Mapping[str, Any]], limit: int = 50) -> str:
     if not rows:
         return "<p>none</p>"
@@ -192,13 +210,26 @@ def _table(rows: list[Mapping[str, Any]], limit: int = 50) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
     for row in rows[:limit]:
-        cells = []
-        for c in columns:
-            v = row.get(c)
-            text = v if isinstance(v, str) else json.dumps(v, default=str)
-            cells.append(f"<td>{html.escape(text)}</td>")
+        cells = [f"<td>{html.escape(_cell(row.get(c)))}</td>" for c in columns]
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _example(name: str, case: Mapping[str, Any], width: int = 160) -> str:
+    told = sentence_of(name, case) or UNTOLD
+    return told if len(told) <= width else told[: width - 3] + "..."
+
+
+def _drawn(name: str, cases: list[Mapping[str, Any]], count: int) -> str:
+    drawn = drawn_count(name, cases)
+    return f"<a href='#{html.escape(name)}'>{drawn} of {count}</a>" if drawn else ""
+
+
+def _section_order(report: Mapping[str, Any]) -> list[str]:
+    """Error classes first, the client-visible breakage before the rest (the summary's order), then the others."""
+    present, errors = list(report.get("anomaly_types", ())), set(report.get("errors", ()))
+    told = [n for n in WHY_ORDER if n in errors and n in present]
+    return told + [n for n in present if n in errors and n not in told] + [n for n in present if n not in errors]
 
 
 STYLE = """
@@ -207,6 +238,8 @@ h1 .valid{color:#2a9d8f}h1 .invalid{color:#c1121f}h1 .unknown{color:#b08900}
 table{border-collapse:collapse;font-size:12px;margin-bottom:1em;display:block;overflow-x:auto}
 td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top;text-align:left}
 th{background:#f2f2f2}img{max-width:100%}code{background:#f2f2f2;padding:0 3px}
+figure.case-picture{margin:1em 0;overflow-x:auto}figcaption{font-size:13px;margin-bottom:4px}
+figure.case-picture svg{max-width:100%;height:auto}
 """
 
 
@@ -225,10 +258,15 @@ def render_html(report: Mapping[str, Any]) -> str:
                      f" {'started by kproxy' if broker.get('started_by_kproxy') else 'not started by kproxy'}</p>")
     counts = report.get("counts", {})
     errors = set(report.get("errors", ()))
-    summary_rows = [{"anomaly": n, "count": counts[n], "kind": "error" if n in errors else "informational",
-                     "example": explain((report["anomalies"].get(n) or [{}])[0], 160)}
-                    for n in report.get("anomaly_types", ())]
-    parts.append("<h2>Anomalies</h2>" + _table(summary_rows))
+    summary = "".join(
+        f"<tr><td><a href='#{html.escape(n)}'>{html.escape(n)}</a></td><td>{counts[n]}</td>"
+        f"<td>{'error' if n in errors else 'informational'}</td>"
+        f"<td>{html.escape(_example(n, (report['anomalies'].get(n) or [{}])[0]))}</td>"
+        f"<td>{_drawn(n, report['anomalies'].get(n) or [], counts[n])}</td></tr>"
+        for n in report.get("anomaly_types", ()))
+    parts.append("<h2>Anomalies</h2>" + (
+        "<table><thead><tr><th>anomaly</th><th>count</th><th>kind</th><th>example</th><th>drawn</th></tr></thead>"
+        f"<tbody>{summary}</tbody></table>" if summary else "<p>none</p>"))
     for title, plot in (("What caused the errors", causes_plot(report)), ("Over time", timeline_plot(report)), ("Latency", latency_plot(report)),
                         ("Transaction outcomes", outcomes_plot(report))):
         if plot:
@@ -236,10 +274,8 @@ def render_html(report: Mapping[str, Any]) -> str:
     stats = report.get("stats", {})
     if stats.get("fault_impact"):
         parts.append("<h2>Fault impact</h2>" + _table(stats["fault_impact"]))
-    for name in report.get("anomaly_types", ()):
-        cases = report["anomalies"].get(name, [])
-        parts.append(f"<h2 id='{html.escape(name)}'>{html.escape(name)} ({counts[name]}; first {len(cases)} shown)</h2>"
-                     + _table(cases))
+    for name in _section_order(report):
+        parts.append(section(name, report["anomalies"].get(name, []), counts[name]))
     plain = {k: v for k, v in stats.items() if not isinstance(v, list)}
     parts.append("<h2>Stats</h2><pre>" + html.escape(json.dumps(plain, indent=2, default=str)) + "</pre>")
     parts.append("</body></html>")

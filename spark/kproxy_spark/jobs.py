@@ -210,9 +210,10 @@ def analyze(
         result = run_pass(ops, ww_deps)
         return cases_of(result), unseen_series(result, UNSEEN_BUCKET_NS), result.micro_ops
 
-    def wire() -> tuple[dict, dict]:
+    def wire() -> tuple[dict, dict, object]:
         from kproxy_spark.traces import load_traces
-        from kproxy_spark.wire import read_wire_rows, wire_frame
+        from kproxy_spark.wire import read_wire_rows
+        from kproxy_spark.wire.frame import checks_frame, kept_views
 
         read = traces
         if read is None:
@@ -221,7 +222,9 @@ def analyze(
             read = load_traces(spark, traces_dir, lean=True).cache()
             cached.append(read)
         describe_jobs(read, "wire checks and statistics")
-        return read_wire_rows(wire_frame(ops, read, isolation, cached, parts).collect())
+        views = kept_views(ops, read, isolation, cached, parts)
+        # The views stay kept: the report's pictures read a few of their rows again.
+        return (*read_wire_rows(checks_frame(views).collect()), views)
 
     # The three are independent: run concurrently, Spark interleaves their
     # jobs (the history pass is mostly Python, the wire job mostly JVM).
@@ -233,7 +236,7 @@ def analyze(
         wire_job = pool.submit(timed("wire_checks", wire)) if traces_dir is not None else None
         totals, summary_rows, timeline = stats_job.result()
         history_cases, unseen, micro_ops = checks_job.result()
-        wire_cases, wire_stats = wire_job.result() if wire_job is not None else ({}, {})
+        wire_cases, wire_stats, views = wire_job.result() if wire_job is not None else ({}, {}, None)
     if derived and "unseen" in history_cases:
         from kproxy_spark.derived.describe import set_aside_deleted
 
@@ -260,6 +263,15 @@ def analyze(
 
     report = build_report(history_cases, wire_cases, stats,
                           allowed=allowed_anomalies(subscribe=subscribe, ww_deps=ww_deps))
+    if views is not None:
+        begun = time.monotonic()
+        from kproxy_spark.drawings.wire_story import attach_wire_stories
+
+        describe_jobs(ops, "the first cases' exchanges, for their pictures")
+        jobs.join()
+        attach_wire_stories(report["anomalies"], views)
+        phases["wire_stories"] = round(time.monotonic() - begun, 3)
+        step("wire stories done")
     step("rendering report.html")
     rendering = time.monotonic()
     from kproxy_spark.html import write_html

@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kproxy_spark.checks.sentences import with_sentences
 from kproxy_spark.wire.registry import INFORMATIONAL as WIRE_INFORMATIONAL
 from kproxy_spark.wire.registry import STATS as WIRE_STATS
 from kproxy_spark.wire.registry import TELLING_ORDER as WIRE_TELLING_ORDER
@@ -185,7 +186,7 @@ def build_report(
                 continue
             counts[name] = total
             if total:
-                anomalies[name] = rows
+                anomalies[name] = with_sentences(name, rows)
                 by_cause = cause_counts(cases)
                 if by_cause:
                     causes[name] = by_cause

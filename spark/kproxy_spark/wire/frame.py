@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from kproxy_spark.wire.check import Order
 from kproxy_spark.wire.registry import BY_NAME, WIRE_CHECKS, WIRE_ORDER, WIRE_TABLES
-from kproxy_spark.wire.views import WireParts, wire_views
+from kproxy_spark.wire.views import WireParts, WireViews, wire_views
 
 
 def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
@@ -22,6 +22,13 @@ def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
     rows) is appended to `cached`, for the caller to release
     (``unpersist()``). `parts`: the views of the traces alone, when the caller built them
     (kproxy_spark.wire.views.wire_parts)."""
+    return checks_frame(kept_views(ops, traces, isolation, cached, parts))
+
+
+def kept_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
+               cached: list | None = None, parts: WireParts | None = None) -> WireViews:
+    """The views the checks read, kept until the caller releases `cached`
+    (the report's pictures read them again after the checks)."""
     from kproxy_spark.session import keep, one_partition
 
     level = traces.storageLevel
@@ -31,7 +38,11 @@ def wire_frame(ops: DataFrame, traces: DataFrame, isolation: str = "auto",
         # Traces the caller did not cache (a test's literal files) would be
         # read, and their side files decoded, once per view and check.
         traces = keep(traces, cached)
-    views = wire_views(ops, traces, isolation, cached, parts)
+    return wire_views(ops, traces, isolation, cached, parts)
+
+
+def checks_frame(views: WireViews) -> DataFrame:
+    """wire_frame over views already built."""
     parts = [
         frame.select(
             F.lit(entry.name).alias("check"),
