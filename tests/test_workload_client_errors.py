@@ -135,13 +135,14 @@ def test_a_kept_failure_does_not_keep_a_closed_producer_alive():
 # and the workload's rules.
 
 
-def _aiokafka_sender_death(cause: BaseException) -> BaseException:
-    """What aiokafka's producer raises once its sender routine died of `cause` (sender.py)."""
+def _aiokafka_task_death(cause: BaseException, wrapper: str = "Unexpected error during batch delivery") -> BaseException:
+    """What aiokafka raises once a background task died of `cause`: its producer's sender routine
+    (sender.py) by default."""
     try:
         try:
             raise cause
         except Exception as exc:
-            raise aerr.KafkaError("Unexpected error during batch delivery") from exc
+            raise aerr.KafkaError(wrapper) from exc
     except aerr.KafkaError as wrapped:
         return wrapped
 
@@ -170,8 +171,8 @@ def _commit(failure: ClientFailure):
          "IllegalOperation", False, False, "fail"),
         # aiokafka raises ProducerFenced for INVALID_PRODUCER_EPOCH too; Kafka's name is PRODUCER_FENCED.
         (aerr.ProducerFenced(), True, _commit, "PRODUCER_FENCED", False, True, "info"),
-        (_aiokafka_sender_death(aerr.InvalidTxnState()), True, _in_txn, "INVALID_TXN_STATE", False, True, "fail"),
-        (_aiokafka_sender_death(aerr.InvalidTxnState()), True, _commit, "INVALID_TXN_STATE", False, True, "info"),
+        (_aiokafka_task_death(aerr.InvalidTxnState()), True, _in_txn, "INVALID_TXN_STATE", False, True, "fail"),
+        (_aiokafka_task_death(aerr.InvalidTxnState()), True, _commit, "INVALID_TXN_STATE", False, True, "info"),
         (aerr.ConcurrentTransactions(), True, _commit, "CONCURRENT_TRANSACTIONS", False, False, "info"),
         (aerr.GroupCoordinatorNotAvailableError(), True, classify_read, "COORDINATOR_NOT_AVAILABLE", True, False,
          "fail"),
@@ -190,13 +191,8 @@ def test_aiokafka_errors_the_library_does_not_define_are_the_library_breaking() 
     assert failure.library_error and classify_produce(failure).type == "info"
     # A consumer whose coordinator routine died of an internal assertion fails every poll from then on:
     # a definite failure of that poll, and a client to replace.
-    try:
-        try:
-            raise AssertionError
-        except AssertionError as exc:
-            raise aerr.KafkaError("Unexpected error during coordination AssertionError()") from exc
-    except aerr.KafkaError as died:
-        failure = aiokafka_client.failure_from_exception(died)
+    died = _aiokafka_task_death(AssertionError(), "Unexpected error during coordination AssertionError()")
+    failure = aiokafka_client.failure_from_exception(died)
     assert (failure.name, failure.fatal, failure.library_error) == ("AssertionError", True, False)
     assert classify_read(failure).type == "fail"
 

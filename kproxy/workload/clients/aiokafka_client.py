@@ -219,6 +219,15 @@ def failure_from_exception(exc: BaseException, producer: aiokafka.AIOKafkaProduc
                          txn_requires_abort=requires_abort and not fatal, enqueued=enqueued)
 
 
+async def translated(coro: Awaitable[T], producer: aiokafka.AIOKafkaProducer | None = None,
+                     consumer: aiokafka.AIOKafkaConsumer | None = None, enqueued: bool = True) -> T:
+    """`coro`, with aiokafka's errors raised as ClientFailure (on the loop, where the client's state is)."""
+    try:
+        return await coro
+    except _LIBRARY_VERDICTS as exc:
+        raise failure_from_exception(exc, producer, enqueued, consumer) from exc
+
+
 def timed_out() -> ClientFailure:
     # Retriable: a commit that outlived its bound goes on in aiokafka and is waited for again.
     return ClientFailure(TIMED_OUT, retriable=True)
@@ -319,15 +328,7 @@ class AiokafkaProducer:
         return self._p
 
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float, enqueued: bool = True) -> T:
-        producer = self._producer
-
-        async def translated() -> T:
-            try:
-                return await coro
-            except _LIBRARY_VERDICTS as exc:
-                raise failure_from_exception(exc, producer, enqueued) from exc
-
-        return self._loop.run(translated(), timeout)
+        return self._loop.run(translated(coro, self._producer, enqueued=enqueued), timeout)
 
     def _refuse_if_dead(self, enqueued: bool = True) -> None:
         """After a fatal error aiokafka's state machine asserts, and a record sent would wait forever: answer
@@ -357,6 +358,13 @@ class AiokafkaProducer:
                 else:
                     delivery.fail(failure_from_exception(exc, self._p))
         self._pending = still
+
+    def _forget(self) -> None:
+        """Let go of the sends whose outcome nobody will read, marking their errors as seen: asyncio logs
+        "Future exception was never retrieved" for each otherwise."""
+        for future, _ in self._pending:
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._pending = []
 
     def send(self, topic: str, partition: int, key: bytes, value: bytes) -> Delivery:
         self._refuse_if_dead(enqueued=False)
@@ -434,6 +442,8 @@ class AiokafkaProducer:
                 log.debug("aiokafka producer stop: %r", exc)
         elif producer is not None:
             producer._closed = True  # its stop() would flush: a crash never calls it
+        if not self._loop.loop.is_closed():
+            self._loop.loop.call_soon_threadsafe(self._forget)
         self._loop.stop(*([producer.client] if producer is not None else []))
 
 
@@ -454,7 +464,7 @@ class AiokafkaConsumer:
 
         self._c: aiokafka.AIOKafkaConsumer | None = None
         try:
-            self._loop.run(self._translated(started(), None), bound)
+            self._loop.run(translated(started()), bound)
         except BaseException:
             self.close(False, 0.0)
             raise
@@ -465,15 +475,8 @@ class AiokafkaConsumer:
             raise ClientFailure("ConsumerStoppedError", fatal=True)
         return self._c
 
-    @staticmethod
-    async def _translated(coro: Awaitable[T], consumer: aiokafka.AIOKafkaConsumer | None) -> T:
-        try:
-            return await coro
-        except _LIBRARY_VERDICTS as exc:
-            raise failure_from_exception(exc, consumer=consumer) from exc
-
     def _call(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
-        return self._loop.run(self._translated(coro, self._c), timeout)
+        return self._loop.run(translated(coro, consumer=self._c), timeout)
 
     def _local(self, fn: Any, *args: Any) -> Any:
         """A call that only changes the consumer's own state, made on its loop (aiokafka is not thread-safe)."""
@@ -591,7 +594,7 @@ class AiokafkaFactory:
                 return admin
 
             try:
-                self._admin = loop.run(AiokafkaConsumer._translated(started(), None), timeout)
+                self._admin = loop.run(translated(started()), timeout)
             except BaseException:
                 loop.stop()
                 raise
@@ -601,9 +604,8 @@ class AiokafkaFactory:
     def create_topics(self, topics: Sequence[tuple[str, int]], timeout: float) -> None:
         with self._admin_lock:  # workers create topics concurrently; one admin client serves them
             loop, admin = self._admin_client(timeout)
-            response = loop.run(AiokafkaConsumer._translated(
-                admin.create_topics([NewTopic(t, n, 1) for t, n in topics], timeout_ms=int(timeout * 1000)), None),
-                timeout)
+            response = loop.run(translated(
+                admin.create_topics([NewTopic(t, n, 1) for t, n in topics], timeout_ms=int(timeout * 1000))), timeout)
         for topic_error in response.topic_errors:
             error = aerr.for_code(topic_error[1])
             if error is not aerr.NoError and error is not aerr.TopicAlreadyExistsError:
