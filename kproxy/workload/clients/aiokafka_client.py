@@ -66,6 +66,8 @@ CRASH_GRACE = 2.0
 LOCAL_CALL_BOUND = 5.0
 #: Bound of asking one partition's position (kafka-python's adapter waits as long).
 POSITION_BOUND = 1.0
+#: Seconds a poll may run beyond its own timeout before it counts as having read nothing.
+POLL_GRACE = 1.0
 
 # --------------------------------------------------------------------------- settings
 
@@ -500,8 +502,19 @@ class AiokafkaConsumer:
         self._local(self._consumer.subscribe, list(topics))
 
     def poll(self, max_records: int, timeout: float) -> list[Record]:
-        batches = self._call(self._consumer.getmany(timeout_ms=int(timeout * 1000), max_records=max_records),
-                             timeout + LOOP_GRACE)
+        consumer = self._consumer
+
+        async def polled() -> dict[AkTopicPartition, list[Any]]:
+            try:
+                # getmany() waits out a rebalance whatever its timeout (a member that crashed holds the group
+                # for its session timeout). Stopped there it has handed out nothing, so the poll read nothing,
+                # as another client's poll(timeout) returns empty.
+                return await asyncio.wait_for(consumer.getmany(timeout_ms=int(timeout * 1000),
+                                                               max_records=max_records), timeout + POLL_GRACE)
+            except TimeoutError:
+                return {}
+
+        batches = self._call(polled(), timeout + POLL_GRACE + 1.0)
         return [Record(tp.topic, tp.partition, m.offset, m.key, m.value) for tp, msgs in batches.items() for m in msgs]
 
     def assignment(self) -> list[TopicPartition]:
