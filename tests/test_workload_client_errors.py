@@ -24,7 +24,7 @@ from kproxy.workload.errors import (
     classify_read,
 )
 from kproxy.workload.history import read_history, validate_history
-from kproxy.workload.runner import run_workload
+from kproxy.workload.runner import WorkloadError, run_workload
 from tests.test_workload import check_history, quick_config
 
 pytestmark = pytest.mark.timeout(120)
@@ -219,7 +219,7 @@ def test_aiokafka_takes_librdkafka_names_and_refuses_what_it_does_not_have() -> 
         aiokafka_client.AiokafkaFactory("127.0.0.1:9", {}, {}, {"isolation.level": "read_committed"})
 
 
-def test_tansu_refuses_aiokafkas_producer_id_and_the_refused_clients_leave_nothing_running(broker) -> None:
+def test_tansu_refuses_aiokafkas_producer_id_and_the_refused_clients_leave_nothing_running(broker, tmp_path) -> None:
     # Tansu 0.6 answers InitProducerId v0, the only version aiokafka sends, with UNKNOWN_SERVER_ERROR
     # (its log: producer=None epoch=None): no idempotent aiokafka producer starts there (docs/brokers.md).
     import threading
@@ -233,3 +233,7 @@ def test_tansu_refuses_aiokafkas_producer_id_and_the_refused_clients_leave_nothi
         producer.init_transactions(5)
     producer.close(False, 0)  # what the worker does with a process that could not open its clients
     assert not [t.name for t in threading.enumerate() if t.name.startswith("aiokafka-aiokafka-tansu")]
+    # A run whose processes never open their clients says so, instead of leaving an empty history behind.
+    with pytest.raises(WorkloadError, match="no usable history"):
+        run_workload(quick_config(broker.bootstrap, client="aiokafka", txn=True, ops=3), tmp_path / "h.jsonl",
+                     progress=False)

@@ -15,7 +15,7 @@ from kproxy.workload.clients import client_factory
 from kproxy.workload.clients.base import ClientFactory
 from kproxy.workload.config import WorkloadConfig
 from kproxy.workload.final_reads import final_reads
-from kproxy.workload.history import HistoryWriter, validate_history
+from kproxy.workload.history import HistoryFormatError, HistoryWriter, validate_history
 from kproxy.workload.keys import KeyLayout, KeySpace
 from kproxy.workload.plan import OpBudget
 from kproxy.workload.worker import OffsetTracker, Worker
@@ -55,7 +55,11 @@ def run_workload(config: WorkloadConfig, history_path: str | Path, progress: boo
         close = getattr(factory, "close", None)  # a client with a helper process (java) ends it
         if close is not None:
             close()
-    stats = validate_history(history_path)  # a run must never leave a history the analysis rejects
+    try:
+        stats = validate_history(history_path)  # a run must never leave a history the analysis rejects
+    except HistoryFormatError as exc:
+        # Empty when no process could open its clients (a broker refusing them): the warnings logged say why.
+        raise WorkloadError(f"the workload wrote no usable history: {exc}") from exc
     if not result.caught_up:
         log.warning("final reads did not catch up on keys %s", list(result.lagging))
     return WorkloadSummary(
