@@ -23,7 +23,7 @@ kafka-jars: install system-packages
 	$(BIN)/python -m kproxy.kafka.jars
 
 # Applications the project did not write, built once per machine (franz-go's kgo test binary, from the
-# Go module proxy, under ~/.cache/kproxy/apps): about 80 s, which the suite's time budget does not have.
+# Go module proxy, under ~/.cache/kproxy/apps): about 80 s, before pytest starts, so it is not timed as a test.
 third-party-apps: install
 	$(BIN)/python -m tests.fixtures.franz_go
 
@@ -39,7 +39,7 @@ demo: install system-packages
 bench: install
 	$(BIN)/kproxy bench $(ARGS)
 
-test: install system-packages kafka-jars
+test: install system-packages kafka-jars third-party-apps
 	scripts/run-tests.sh $(ARGS)
 
 # The slow tests (soaks, benchmarks, third-party applications): the applications are built first, so
