@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-slow install system-packages kafka-jars third-party-apps kafka-streams-app bench
+.PHONY: demo test test-slow install system-packages kafka-jars go-clients third-party-apps kafka-streams-app bench
 
 $(BIN)/kproxy: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +21,11 @@ system-packages:
 # Apache Kafka's broker and Java client jars (Maven Central, cached per machine under ~/.cache/kproxy/kafka).
 kafka-jars: install system-packages
 	$(BIN)/python -m kproxy.kafka.jars
+
+# The franz-go and sarama workload clients (kproxy/workload/clients/go_bridge), built with Go from the Go module
+# proxy, once per machine under ~/.cache/kproxy/go-clients: about a minute, outside the suite's time budget.
+go-clients: install
+	$(BIN)/python -m kproxy.workload.clients.go_build
 
 # Applications the project did not write, built once per machine (franz-go's kgo test binary, from the
 # Go module proxy, under ~/.cache/kproxy/apps): about 80 s, before pytest starts, so it is not timed as a test.
@@ -39,7 +44,7 @@ demo: install system-packages
 bench: install
 	$(BIN)/kproxy bench $(ARGS)
 
-test: install system-packages kafka-jars third-party-apps
+test: install system-packages kafka-jars go-clients third-party-apps
 	scripts/run-tests.sh $(ARGS)
 
 # The slow tests (soaks, benchmarks, third-party applications): the applications are built first, so

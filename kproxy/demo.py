@@ -31,6 +31,7 @@ from kproxy.brokers.identify import BrokerIdentity, identify, nodes_text
 from kproxy.prereqs import check_spark_prerequisites
 from kproxy.proxy_process import UpstreamTlsFiles, start_proxy
 from kproxy.resources import shipped
+from kproxy.workload.clients.go_build import check_client
 
 DEFAULT_SCENARIO = "torn-transaction"
 DEFAULT_BROKER = "noida"  # chosen by measurement: docs/brokers.md
@@ -126,6 +127,7 @@ def run_demo(
     profile: WorkloadProfile | None = None,
     upstream_tls: UpstreamTlsFiles | None = None,
     client_config: Mapping[str, str] | None = None,
+    transaction_version: int | None = None,
 ) -> DemoResult:
     """Run one scenario end to end and return its report.
 
@@ -138,6 +140,8 @@ def run_demo(
     upstream_tls: TLS towards the `bootstrap` cluster (`kproxy run --upstream-tls ...`).
     client_config: settings of every workload client (SASL for a SASL cluster; the
     clients reach the proxy's plaintext loopback listener, so SASL_PLAINTEXT).
+    transaction_version: the transaction.version feature of a Kafka 4.x broker the demo
+    starts (broker="kafka"; default 2, KIP-890 part 2).
     """
     from kproxy.workload.config import WorkloadConfig
     from kproxy.workload.runner import run_workload
@@ -146,6 +150,8 @@ def run_demo(
         raise ValueError("give a broker kind to start or a bootstrap address, not both")
     if upstream_tls is not None and bootstrap is None:
         raise ValueError("TLS towards the broker needs a bootstrap address: the embedded brokers speak plaintext")
+    if transaction_version is not None and broker != "kafka":
+        raise ValueError("a transaction version is set on the Kafka broker the demo starts (broker kafka)")
     if rules_file is None:
         available = scenarios(rules_directory)
         if scenario not in available:
@@ -158,6 +164,7 @@ def run_demo(
         rules = rules_file
     if spark is None:
         check_spark_prerequisites("demo")  # a missing extra or Java fails now, not after the workload
+    check_client(client)  # a Go client without Go fails now too
     kind = None if bootstrap is not None else (broker or DEFAULT_BROKER)
     identity: BrokerIdentity | None = None
     binary_version = None
@@ -179,7 +186,8 @@ def run_demo(
     stop_broker: Callable[[], None] = lambda: None  # noqa: E731
     if kind is not None:
         say(f"[1/4] starting the embedded {kind} broker (logs in {out_dir})")
-        embedded = start_broker(kind=kind, log_path=out_dir / "broker.log")
+        options = {"transaction_version": transaction_version} if transaction_version is not None else {}
+        embedded = start_broker(kind=kind, log_path=out_dir / "broker.log", **options)
         upstream = embedded.bootstrap
         stop_broker = embedded.stop
     else:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,8 @@ from kproxy.brokers.kafka import KafkaBroker
 from kproxy.demo import run_demo
 from kproxy.proxy_process import running_proxy
 from kproxy.workload.clients.aiokafka_client import AiokafkaFactory
+from kproxy.workload.clients.bridge import BridgeFactory
+from kproxy.workload.clients.franz_go import FranzGoFactory
 from kproxy.workload.clients.java import JavaFactory
 from kproxy.workload.config import WorkloadConfig
 from kproxy.workload.errors import ClientFailure
@@ -59,10 +62,11 @@ def _confluent_two_transactions(bootstrap: str, topic: str) -> None:
         pass  # the broker no longer has the transaction the client aborts
 
 
-def _java_two_transactions(bootstrap: str, topic: str) -> None:
-    factory = JavaFactory(bootstrap, {}, {})
+def _two_transactions(factory_class: type[BridgeFactory], bootstrap: str, topic: str) -> None:
+    """Commit one transaction, abort the next, through a client in a bridge process (java, franz-go, sarama)."""
+    factory = factory_class(bootstrap, {}, {})
     try:
-        producer = factory.producer(f"java-{topic}", f"tx-{topic}")
+        producer = factory.producer(f"{factory.name}-{topic}", f"tx-{topic}")
         producer.init_transactions(10)
 
         def sent(value: str) -> None:
@@ -139,7 +143,7 @@ def test_guard_keeps_librdkafka_transaction_whole_on_kafka(kafka_broker: KafkaBr
 
 def test_transaction_version_2_fences_the_stale_commit(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     assert kafka_broker.cluster is not None and kafka_broker.cluster.transaction_version == 2
-    seen, fate, copy, replies = _run(kafka_broker, tmp_path, _java_two_transactions)
+    seen, fate, copy, replies = _run(kafka_broker, tmp_path, partial(_two_transactions, JavaFactory))
     # The copy still reached the broker, which refused it: the epoch moved on at the first commit.
     assert copy["rule"] == RULE_ID and copy["outcome"] == "ghost"
     assert [r["error_code"] for r in replies] == [PRODUCER_FENCED]
@@ -147,10 +151,23 @@ def test_transaction_version_2_fences_the_stale_commit(kafka_broker: KafkaBroker
     assert fate == {"t1-a": "commit", "t1-b": "commit", "t2-early": "abort", "t2-late": "abort"}
 
 
-def test_java_client_workload_through_the_proxy(kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+def test_franz_go_speaks_transaction_version_2_and_kafka_fences_its_stale_commit(kafka_broker: KafkaBroker,
+                                                                                 tmp_path: Path) -> None:
+    seen, fate, copy, replies = _run(kafka_broker, tmp_path, partial(_two_transactions, FranzGoFactory))
+    # franz-go chose KIP-890 part 2 by itself: EndTxn v5, and no AddPartitionsToTxn (Produce v12+ adds the partition).
+    assert copy["api_version"] >= 5
+    assert copy["rule"] == RULE_ID and copy["outcome"] == "ghost"
+    assert [r["error_code"] for r in replies] == [PRODUCER_FENCED]
+    assert seen["stale_end_txn"] == 0 and seen["fenced"] == 1
+    assert fate == {"t1-a": "commit", "t1-b": "commit", "t2-early": "abort", "t2-late": "abort"}
+
+
+# The clients that run in a bridge process (the Go ones built by `make go-clients`): a short transactional run each.
+@pytest.mark.parametrize("client", ["java", "franz-go", "sarama"])
+def test_bridge_client_workload_through_the_proxy(kafka_broker: KafkaBroker, tmp_path: Path, client: str) -> None:
     history = tmp_path / "history.jsonl"
     with running_proxy(kafka_broker.bootstrap, log_path=tmp_path / "kproxy.log") as proxy:
-        summary = run_workload(WorkloadConfig(bootstrap=proxy.bootstrap, client="java", txn=True,
+        summary = run_workload(WorkloadConfig(bootstrap=proxy.bootstrap, client=client, txn=True,
                                               abort_probability=0.3, ops=60, duration=None, seed=3,
                                               crash_probability=0.05), history, progress=False)
     stats = validate_history(history)
@@ -275,13 +292,16 @@ def test_the_analysis_finds_kafka_fencing_the_stale_commit_for_the_java_client(k
         assert report["counts"][name] == 0, name
 
 
+# Neither librdkafka nor Sarama (EndTxn v3 at most) speaks transaction version 2: Kafka 4.4.0 with
+# transaction.version=2 still takes their stale commits.
 @pytest.mark.spark
 @pytest.mark.timeout(300)
-def test_the_analysis_blames_the_rule_for_librdkafkas_torn_transaction_on_kafka(kafka_broker: KafkaBroker, spark,
-                                                                                tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["confluent-kafka", "sarama"])
+def test_the_analysis_blames_the_rule_for_a_torn_transaction_on_kafka(kafka_broker: KafkaBroker, spark,
+                                                                     tmp_path: Path, client: str) -> None:
     for seed in (1, 2):  # the stale copy races the next transaction: a run may miss it; another seed does not
         result = run_demo("torn-transaction", tmp_path / str(seed), bootstrap=kafka_broker.bootstrap, duration=6,
-                          seed=seed, spark=spark, say=lambda line: None, progress=False)
+                          client=client, seed=seed, spark=spark, say=lambda line: None, progress=False)
         if result.report["counts"]["torn-transaction"]:
             break
     report = result.report

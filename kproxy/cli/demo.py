@@ -28,7 +28,11 @@ from kproxy.workload.config import CLIENTS
 @upstream_tls_options
 @client_config_option(LOOPBACK_CLIENTS)
 @click.option("--client", type=click.Choice(CLIENTS), default="confluent-kafka", show_default=True,
-              help="Client library of the workload (java: Apache Kafka's own, the one with transaction version 2).")
+              help="Client library of the workload. java (Apache Kafka's own) and franz-go speak transaction "
+                   "version 2; franz-go and sarama are built with Go on first use (docs/workload.md).")
+@click.option("--transaction-version", type=click.IntRange(0, 2), default=None,
+              help="--broker kafka: the transaction.version feature of the Kafka 4.x broker [default: 2]; "
+                   "0 runs it as a cluster upgraded from 3.x.")
 @click.option("--rules", "rules_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Run this rule file instead of the scenario's (a shrunk one, say); the scenario still "
                    "chooses the workload.")
@@ -48,7 +52,7 @@ from kproxy.workload.config import CLIENTS
 @click.option("--list", "list_only", is_flag=True, help="List the scenarios and exit.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 def demo(scenario, broker_kind, bootstrap, upstream_tls, upstream_ca, upstream_cert, upstream_key,  # noqa: ANN001
-         upstream_skip_hostname_check, client_config, client, rules_file, processes, max_txn_length, keys, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
+         upstream_skip_hostname_check, client_config, client, transaction_version, rules_file, processes, max_txn_length, keys, guard, seed, duration, out_dir, rules_dir, list_only, no_progress) -> None:  # noqa: ANN001
     """Start a broker (or use --bootstrap) and the proxy with a scenario's rules,
     run the workload, analyse history and traces, and print what went wrong
     and why.
@@ -69,6 +73,9 @@ def demo(scenario, broker_kind, bootstrap, upstream_tls, upstream_ca, upstream_c
         raise click.BadParameter(f"unknown scenario; choose one of: {', '.join(available)}", param_hint="--scenario")
     tls_files = upstream_tls_files(upstream_tls, upstream_ca, upstream_cert, upstream_key, upstream_skip_hostname_check)
     check_target(broker_kind, bootstrap, tls_files)
+    if transaction_version is not None and broker_kind != "kafka":
+        raise click.BadParameter("is a feature of the Kafka broker the demo starts: add --broker kafka",
+                                 param_hint="--transaction-version")
     _require_prerequisites("demo")
     if out_dir is None:
         out_dir = Path("demo-out") / f"{scenario}{'-guard' if guard else ''}-{time.strftime('%Y%m%dT%H%M%S')}"
@@ -88,7 +95,7 @@ def demo(scenario, broker_kind, bootstrap, upstream_tls, upstream_ca, upstream_c
             scenario, out_dir, guard=guard, seed=seed, duration=duration, rules_directory=rules_dir,
             say=lambda line: click.echo(line), progress=not no_progress,
             broker=broker_kind, bootstrap=bootstrap, client=client, rules_file=rules_file, profile=profile,
-            upstream_tls=tls_files, client_config=client_config,
+            upstream_tls=tls_files, client_config=client_config, transaction_version=transaction_version,
         )
     except Exception as exc:  # report, don't dump a trace at a new user
         click.echo(f"demo failed: {exc}", err=True)

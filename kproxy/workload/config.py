@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Mapping
 
-CLIENTS = ("confluent-kafka", "kafka-python", "java", "aiokafka")
+CLIENTS = ("confluent-kafka", "kafka-python", "java", "aiokafka", "franz-go", "sarama")
 
 
 def _default_prefix() -> str:

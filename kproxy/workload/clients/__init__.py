@@ -26,4 +26,12 @@ def client_factory(name: str, bootstrap: str, producer_overrides: Mapping[str, s
         from kproxy.workload.clients.aiokafka_client import AiokafkaFactory
 
         return AiokafkaFactory(bootstrap, producer_overrides, consumer_overrides, admin_overrides=admin_overrides or {})
-    raise ValueError(f"unknown client {name!r} (confluent-kafka, kafka-python, java or aiokafka)")
+    if name == "franz-go":
+        from kproxy.workload.clients.franz_go import FranzGoFactory
+
+        return FranzGoFactory(bootstrap, producer_overrides, consumer_overrides, admin_overrides=admin_overrides or {})
+    if name == "sarama":
+        from kproxy.workload.clients.sarama import SaramaFactory
+
+        return SaramaFactory(bootstrap, producer_overrides, consumer_overrides, admin_overrides=admin_overrides or {})
+    raise ValueError(f"unknown client {name!r} (confluent-kafka, kafka-python, java, aiokafka, franz-go or sarama)")

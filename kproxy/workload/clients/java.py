@@ -3,9 +3,9 @@
 The bridge (java_bridge/ClientBridge.java) is compiled once with `javac`
 against the resolved `org.apache.kafka:kafka-clients` jars and cached beside
 them; one bridge process serves every producer, consumer and admin client of
-a run, speaking JSON lines over its stdin/stdout (docs/workload.md). Each
-Java client gets a thread of its own in the bridge, so a blocking call of one
-worker never holds up another.
+a run, speaking the JSON-lines protocol of kproxy.workload.clients.bridge
+(docs/workload.md). Each Java client gets a thread of its own in the bridge,
+so a blocking call of one worker never holds up another.
 
 Settings use the Java client's own names (the same dotted names as
 librdkafka's where both have them). The client version is
@@ -15,21 +15,14 @@ $KPROXY_KAFKA_HOME takes the jars from a Kafka download instead.
 
 from __future__ import annotations
 
-import base64
-import collections
 import hashlib
-import itertools
 import logging
 import os
 import shutil
 import subprocess
 import tempfile
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from kproxy.kafka.jars import (
     DEFAULT_VERSION,
@@ -40,14 +33,11 @@ from kproxy.kafka.jars import (
     locked,
     preflight,
 )
-from kproxy.workload.clients.base import Delivery, Record, TopicPartition
-from kproxy.workload.errors import ClientFailure
+from kproxy.workload.clients.bridge import Bridge, BridgeFactory
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("java_bridge") / "ClientBridge.java"
-# Extra seconds a reply may take beyond the call's own bound before the bridge counts as stuck.
-REPLY_GRACE = 60.0
 
 PRODUCER_DEFAULTS: dict[str, object] = {
     "acks": "all",
@@ -64,10 +54,6 @@ CONSUMER_DEFAULTS: dict[str, object] = {
     "auto.offset.reset": "earliest",
     "enable.auto.commit": False,
 }
-
-
-class BridgeError(RuntimeError):
-    """The bridge process died or answered nonsense: a bug or a broken Java setup, not a Kafka error."""
 
 
 def client_version() -> str:
@@ -96,290 +82,24 @@ def compiled_bridge(jars: KafkaJars) -> Path:
     return target
 
 
-def _b64(data: bytes | None) -> str | None:
-    return None if data is None else base64.b64encode(data).decode()
-
-
-def _unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
-
-
-def _failure(error: Mapping[str, Any]) -> ClientFailure:
-    return ClientFailure(str(error["name"]), retriable=bool(error["retriable"]), fatal=bool(error["fatal"]),
-                         txn_requires_abort=bool(error["abort"]), enqueued=bool(error["enqueued"]))
-
-
-class _Waiter:
-    __slots__ = ("event", "message")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.message: dict[str, Any] | None = None
-
-
-class Bridge:
-    """One JVM running ClientBridge; thread-safe calls with replies matched by id."""
-
-    def __init__(self, jars: KafkaJars) -> None:
-        java = preflight(kafka_home=jars.home, version=jars.version, part="client")
-        classes = compiled_bridge(jars)
-        cmd = [java.path, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-               "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-               "-cp", os.pathsep.join([str(classes), jars.classpath_arg]), "ClientBridge"]
-        self.version = jars.version
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self._ids = itertools.count(1)
-        self._deliveries_ids = itertools.count(1)
-        self._write_lock = threading.Lock()
-        self._lock = threading.Lock()
-        self._waiting: dict[int, _Waiter] = {}
-        self._deliveries: dict[int, Delivery] = {}
-        self._stderr: collections.deque[str] = collections.deque(maxlen=40)
-        self._dead: str | None = None
-        threading.Thread(target=self._read_replies, name="java-bridge-out", daemon=True).start()
-        threading.Thread(target=self._read_log, name="java-bridge-err", daemon=True).start()
-
-    # --- the reader threads -----------------------------------------------------
-
-    def _read_replies(self) -> None:
-        assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            try:
-                message = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                log.warning("java client bridge wrote a line that is not JSON: %r", line[:200])
-                continue
-            if message.get("event") == "delivery":
-                with self._lock:
-                    delivery = self._deliveries.pop(message["d"], None)
-                if delivery is not None:
-                    if "error" in message:
-                        delivery.fail(_failure(message["error"]))
-                    else:
-                        delivery.succeed(message.get("offset"))
-                continue
-            with self._lock:
-                waiter = self._waiting.pop(message.get("id"), None)
-            if waiter is not None:
-                waiter.message = message
-                waiter.event.set()
-        self._proc.wait()
-        self._dead = f"the java client bridge exited with status {self._proc.returncode}"
-        with self._lock:
-            waiters, self._waiting = list(self._waiting.values()), {}
-        for waiter in waiters:
-            waiter.event.set()
-
-    def _read_log(self) -> None:
-        assert self._proc.stderr is not None
-        for raw in self._proc.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            self._stderr.append(line)
-            log.debug("java client: %s", line)
-
-    # --- calls ------------------------------------------------------------------
-
-    def call(self, op: str, handle: int | None = None, *, bound: float = 0.0, **args: Any) -> Any:
-        """Send one request and wait for its reply; ClientFailure for a Kafka error."""
-        request_id = next(self._ids)
-        waiter = _Waiter()
-        request: dict[str, Any] = {"id": request_id, "op": op, **args}
-        if handle is not None:
-            request["h"] = handle
-        with self._lock:
-            if self._dead:
-                raise BridgeError(self._describe_death())
-            self._waiting[request_id] = waiter
-        self._write(request)
-        if not waiter.event.wait(bound + REPLY_GRACE):
-            raise BridgeError(f"the java client bridge did not answer {op!r} within {bound + REPLY_GRACE:.0f} s")
-        message = waiter.message
-        if message is None:
-            raise BridgeError(self._describe_death())
-        if "error" in message:
-            raise _failure(message["error"])
-        if "bad" in message:
-            raise BridgeError(f"the java client bridge refused {op!r}: {message['bad']}")
-        return message.get("ok")
-
-    def _write(self, request: dict[str, Any]) -> None:
-        assert self._proc.stdin is not None
-        data = orjson.dumps(request) + b"\n"
-        try:
-            with self._write_lock:
-                self._proc.stdin.write(data)
-                self._proc.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            raise BridgeError(self._describe_death()) from None
-
-    def _describe_death(self) -> str:
-        tail = "\n".join(self._stderr) or "(nothing on stderr)"
-        return f"{self._dead or 'the java client bridge is gone'}; its last output:\n{tail}"
-
-    def new_delivery(self) -> tuple[int, Delivery]:
-        delivery = Delivery()
-        with self._lock:
-            delivery_id = next(self._deliveries_ids)
-            self._deliveries[delivery_id] = delivery
-        return delivery_id, delivery
-
-    def forget_delivery(self, delivery_id: int) -> None:
-        with self._lock:
-            self._deliveries.pop(delivery_id, None)
-
-    def close(self) -> None:
-        """Close stdin: the bridge closes what is still open and exits."""
-        if self._proc.poll() is None:
-            try:
-                assert self._proc.stdin is not None
-                with self._write_lock:
-                    self._proc.stdin.close()
-                self._proc.wait(15)
-            except (OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
-                self._proc.wait()
-
-
-def _config(settings: Mapping[str, object]) -> dict[str, str]:
-    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in settings.items()}
-
-
-class JavaProducer:
-    def __init__(self, bridge: Bridge, config: dict[str, object]) -> None:
-        self._bridge = bridge
-        self._handle: int | None = bridge.call("producer", config=_config(config), bound=10.0)
-
-    @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise ClientFailure("ProducerClosed")
-        return self._handle
-
-    def send(self, topic: str, partition: int, key: bytes, value: bytes) -> Delivery:
-        delivery_id, delivery = self._bridge.new_delivery()
-        try:
-            self._bridge.call("send", self.handle, bound=10.0, d=delivery_id, topic=topic, partition=partition,
-                              key=_b64(key), value=_b64(value))
-        except ClientFailure:
-            self._bridge.forget_delivery(delivery_id)
-            raise
-        return delivery
-
-    def flush(self, timeout: float) -> None:
-        self._bridge.call("flush", self.handle, bound=timeout, timeout=timeout)
-
-    def init_transactions(self, timeout: float) -> None:
-        self._bridge.call("init_transactions", self.handle, bound=timeout)
-
-    def begin_transaction(self) -> None:
-        self._bridge.call("begin", self.handle)
-
-    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int], consumer: object,
-                                    timeout: float) -> None:
-        assert isinstance(consumer, JavaConsumer)
-        self._bridge.call("send_offsets", self.handle, bound=timeout, consumer=consumer.handle,
-                          offsets=[[t, p, o] for (t, p), o in offsets.items()])
-
-    def commit_transaction(self, timeout: float) -> None:
-        self._bridge.call("commit", self.handle, bound=timeout)  # bounded by max.block.ms
-
-    def abort_transaction(self, timeout: float) -> None:
-        self._bridge.call("abort", self.handle, bound=timeout)  # bounded by max.block.ms
-
-    def close(self, clean: bool, timeout: float) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            try:
-                self._bridge.call("close", handle, bound=timeout, clean=clean, timeout=timeout)
-            except ClientFailure:
-                pass
-
-
-class JavaConsumer:
-    def __init__(self, bridge: Bridge, config: dict[str, object]) -> None:
-        self._bridge = bridge
-        self._handle: int | None = bridge.call("consumer", config=_config(config), bound=10.0)
-
-    @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise ClientFailure("ConsumerClosed")
-        return self._handle
-
-    def assign(self, partitions: Sequence[TopicPartition], offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        self._bridge.call("assign", self.handle, partitions=[list(tp) for tp in partitions],
-                          offsets=[[t, p, o] for (t, p), o in (offsets or {}).items()])
-
-    def subscribe(self, topics: Sequence[str]) -> None:
-        self._bridge.call("subscribe", self.handle, topics=list(topics))
-
-    def poll(self, max_records: int, timeout: float) -> list[Record]:
-        rows = self._bridge.call("poll", self.handle, bound=timeout, max=max_records, timeout=timeout)
-        return [Record(t, p, o, _unb64(k), _unb64(v)) for t, p, o, k, v in rows]
-
-    def positions(self) -> dict[TopicPartition, int]:
-        rows = self._bridge.call("positions", self.handle, bound=5.0)
-        return {(t, p): o for t, p, o in rows if o is not None and o >= 0}
-
-    def commit(self, offsets: Mapping[TopicPartition, int], timeout: float) -> None:
-        if offsets:
-            self._bridge.call("commit_offsets", self.handle, bound=timeout, timeout=timeout,
-                              offsets=[[t, p, o] for (t, p), o in offsets.items()])
-
-    def committed(self, partitions: Sequence[TopicPartition], timeout: float) -> dict[TopicPartition, int | None]:
-        rows = self._bridge.call("committed", self.handle, bound=timeout, timeout=timeout,
-                                 partitions=[list(tp) for tp in partitions])
-        return {(t, p): o for t, p, o in rows}
-
-    def assignment(self) -> list[TopicPartition]:
-        return [(t, p) for t, p in self._bridge.call("assignment", self.handle)]
-
-    def seek(self, partition: TopicPartition, offset: int) -> None:
-        self._bridge.call("seek", self.handle, topic=partition[0], partition=partition[1], offset=offset)
-
-    def close(self, clean: bool, timeout: float) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            try:
-                self._bridge.call("close", handle, bound=timeout, clean=clean, timeout=timeout)
-            except ClientFailure:
-                pass
-
-
-class JavaFactory:
+class JavaFactory(BridgeFactory):
     name = "java"
+    producer_defaults = PRODUCER_DEFAULTS
+    consumer_defaults = CONSUMER_DEFAULTS
 
     def __init__(self, bootstrap: str, producer_overrides: Mapping[str, str],
                  consumer_overrides: Mapping[str, str], version: str | None = None,
                  kafka_home: Path | None = None, admin_overrides: Mapping[str, str] | None = None) -> None:
-        self.bootstrap = bootstrap
-        self.admin_overrides = dict(admin_overrides or {})
-        self.producer_overrides = dict(producer_overrides)
-        self.consumer_overrides = dict(consumer_overrides)
         home = kafka_home or (Path(os.environ["KPROXY_KAFKA_HOME"]) if os.environ.get("KPROXY_KAFKA_HOME") else None)
         jars = client_jars(version or client_version(), home, say=lambda text: log.info("%s", text))
-        self.bridge = Bridge(jars)
-        self._admin: int | None = None
+        super().__init__(java_bridge(jars), bootstrap, producer_overrides, consumer_overrides, admin_overrides)
 
-    def producer(self, client_id: str, transactional_id: str | None) -> JavaProducer:
-        config: dict[str, object] = {"bootstrap.servers": self.bootstrap, "client.id": client_id, **PRODUCER_DEFAULTS}
-        if transactional_id:
-            config["transactional.id"] = transactional_id
-        config.update(self.producer_overrides)
-        return JavaProducer(self.bridge, config)
 
-    def consumer(self, client_id: str, group_id: str) -> JavaConsumer:
-        config: dict[str, object] = {"bootstrap.servers": self.bootstrap, "client.id": client_id,
-                                     "group.id": group_id, **CONSUMER_DEFAULTS}
-        config.update(self.consumer_overrides)
-        return JavaConsumer(self.bridge, config)
-
-    def create_topics(self, topics: Sequence[tuple[str, int]], timeout: float) -> None:
-        if self._admin is None:
-            self._admin = self.bridge.call("admin", config={"bootstrap.servers": self.bootstrap, **self.admin_overrides},
-                                           bound=10.0)
-        self.bridge.call("create_topics", self._admin, bound=timeout, timeout=timeout,
-                         topics=[[t, n] for t, n in topics])
-
-    def close(self) -> None:
-        self.bridge.close()
+def java_bridge(jars: KafkaJars) -> Bridge:
+    """One JVM running ClientBridge against `jars`."""
+    java = preflight(kafka_home=jars.home, version=jars.version, part="client")
+    classes = compiled_bridge(jars)
+    cmd = [java.path, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+           "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+           "-cp", os.pathsep.join([str(classes), jars.classpath_arg]), "ClientBridge"]
+    return Bridge(cmd, "the java client bridge")
