@@ -10,7 +10,9 @@ The runs come from the session fixture `scenario_runs`
 
 from __future__ import annotations
 
+import json
 import re
+import struct
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,8 @@ from kproxy.brokers import check_broker
 from kproxy.demo import rules_dir, run_demo, scenarios
 from kproxy.obs.trace_files import iter_trace_events
 from kproxy.obs.trace_schema import SCHEMA_VERSION
+from kproxy_spark.drawings.sections import picture
+from tests.fixtures.browser import chromium_available, render_page
 from tests.fixtures.scenario_runs import BROKER_FOR, BYSTANDER_TOPIC, CONTROL, NOT_CHECKED, key as _key
 from tests.test_trace_side_files import _python_records, _spark_records
 
@@ -148,3 +152,38 @@ def test_demo_finds_and_attributes_the_torn_transaction_from_side_files(scenario
     assert any(b["marker"] for p in with_batches for b in p["batches"]), "no transaction marker scanned"
     # Spark's decode (executors, cramjam) gives what the Python reader gives.
     assert _spark_records(spark, traces) == _python_records(traces)
+
+
+#: Run in the loaded page: every drawn case's figure with its picture's size, and the anomaly table's text.
+PAGE_FACTS = """(() => ({
+  figures: [...document.querySelectorAll('figure.case-picture')].map(f => {
+    const svg = f.querySelector('svg'), box = svg ? svg.getBoundingClientRect() : {width: 0, height: 0};
+    return {id: f.id, width: box.width, height: box.height, texts: svg ? svg.querySelectorAll('text').length : 0};
+  }),
+  table: document.querySelector('table').innerText,
+}))()"""
+
+
+# Issue 31: the page people look at, in a real browser. The demo's torn-transaction run's report.html
+# (the scenario suite's own run: no demo of its own) loads with no console error, every case the
+# report draws has its picture on the page, and the anomaly table holds sentences, not JSON.
+def test_the_torn_transaction_report_loads_in_a_browser_with_every_drawn_case(scenario_runs, tmp_path) -> None:
+    assert chromium_available(), "Debian's chromium is missing: scripts/install-system-packages.sh installs it"
+    out = scenario_runs[_key("torn-transaction")].out
+    report = json.loads((out / "report.json").read_text())
+    drawn = {f"draw-{name}-{i + 1}" for name, cases in report["anomalies"].items()
+             for i, case in enumerate(cases) if picture(name, i, case) is not None}
+    first = "draw-torn-transaction-1" if report["counts"]["torn-transaction"] else min(drawn)
+    page = render_page(out / "report.html", expression=PAGE_FACTS, clip_selector=f"#{first}")
+    assert page.errors == []
+    shown = {figure["id"]: figure for figure in page.value["figures"]}
+    assert drawn and set(shown) == drawn
+    for figure in shown.values():
+        assert figure["width"] > 300 and figure["height"] > 150 and figure["texts"] > 8, figure
+    assert first in shown
+    assert '{"' not in page.value["table"] and "torn-transaction" in page.value["table"]
+    # The screenshot is the first drawn case's figure, rendered.
+    assert page.png.startswith(b"\x89PNG")
+    width, height = struct.unpack(">II", page.png[16:24])
+    assert width >= shown[first]["width"] and height >= shown[first]["height"]
+    (tmp_path / f"{first}.png").write_bytes(page.png)

@@ -1,177 +1,203 @@
-"""The exchanges behind the first few drawn cases, fetched in one Spark job.
+"""The exchanges behind the first few drawn cases, read from the views the
+wire checks kept, in two small Spark jobs.
 
 The checks keep their views (Produce attempts, EndTxns, the log with its
 fates, fetched records) in memory until the analysis ends; the few rows a
-picture needs are read from them, joined against the drawn cases' anchors
-(kproxy_spark.drawings.anchors), never from the raw traces again. Each
-drawn case then carries ``wire_story``: its Produce and EndTxn exchanges
-with times, synthetic numbers and what a rule did to them, each record's
-fate, the EndTxn that decided it and its producer's next marker after it
-in the log, and the Fetch response a broker diagnosis names.
+picture needs are filtered out of them, never read from the raw traces
+again, and without a join (a join is a shuffle, and every broadcast of a
+computed frame a job of its own):
+
+1. the Produce attempts of the anchored records, and the EndTxns a case
+   names: which producers, transactions and requests the pictures are of;
+2. every record those Produce requests carried, every EndTxn and logged
+   record of those producers, their markers, and the Fetch responses a
+   broker diagnosis names.
+
+Filters are coarse (each column's values apart) and the driver keeps the
+exact rows. Each drawn case then carries ``wire_story``: its Produce and
+EndTxn exchanges with times, synthetic numbers and what a rule did to them,
+each record's fate, the EndTxn that decided it and its producer's next
+marker after it in the log, and the Fetch response a broker diagnosis names.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kproxy_spark.drawings.anchors import Anchor, drawn_anchors
-from kproxy_spark.traces import EXCHANGE
-from kproxy_spark.wire.landings import TXN_KEY
 
 if TYPE_CHECKING:
     from kproxy_spark.wire.views import WireViews
 
 PRODUCE_FIELDS = ("conn_id", "correlation_id", "copy", "mono_ns", "delivery_ns", "response_ns", "transactional_id",
                   "producer_id", "txn_client", "txn_broker", "hazard", "rule", "action", "outcome")
-RECORD_FIELDS = ("topic", "partition", "landed_offset", "key", "value", "key_long", "value_long", "status",
-                 "response_error")
+ATTEMPT_FIELDS = (*PRODUCE_FIELDS, "txn_pid", "topic", "partition", "landed_offset", "key", "value", "key_long",
+                  "value_long", "status", "response_error")
 END_FIELDS = ("conn_id", "correlation_id", "copy", "mono_ns", "delivery_ns", "response_ns", "transactional_id",
-              "txn_client", "txn_broker", "end_txn_commit", "hazard", "rule", "action", "outcome", "delivered",
-              "response_error_code")
+              "txn_pid", "txn_client", "txn_broker", "end_txn_commit", "hazard", "rule", "action", "outcome",
+              "delivered", "response_error_code")
 LOG_FIELDS = ("topic", "partition", "offset", "fate", "fate_source", "marker_fate", "next_marker_fate",
               "end_conn_id", "end_correlation_id", "end_copy")
-FETCH_FIELDS = ("conn_id", "correlation_id", "copy", "mono_ns", "latency_ms", "client_id", "rule", "action",
-                "topic", "partition", "offset", "key", "value", "key_long", "value_long", "control", "producer_id",
-                "last_stable_offset", "aborted_transactions", "listed_aborted", "upstream_listed_aborted")
+MARKER_FIELDS = ("topic", "partition", "producer_id", "offset", "control")
+FETCH_FIELDS = ("conn_id", "correlation_id", "mono_ns", "latency_ms", "client_id", "rule", "action", "topic",
+                "partition", "offset", "key", "value", "key_long", "value_long", "control", "producer_id",
+                "last_stable_offset", "aborted_transactions", "listed_aborted")
 
 
-def _as_rows(kind: str, frame: DataFrame) -> DataFrame:
-    payload = [c for c in frame.columns if c != "case_id"]
-    return frame.select(F.lit(kind).alias("kind"), "case_id",
-                        F.to_json(F.struct(*payload), {"ignoreNullFields": "false"}).alias("row"))
+def _rows(kind: str, frame: DataFrame, fields: Iterable[str]) -> DataFrame:
+    return frame.select(F.lit(kind).alias("kind"),
+                        F.to_json(F.struct(*fields), {"ignoreNullFields": "false"}).alias("row"))
 
 
-def story_frame(views: WireViews, anchors: list[Anchor]) -> DataFrame:
-    """Every drawn case's rows (kind, case_id, row as JSON), from the kept views only."""
-    spark = views.attempts.sparkSession
-    records = F.broadcast(spark.createDataFrame(
-        [(a.case_id, k, v) for a in anchors for k, v in a.records] or [("", -1, -1)],
-        "case_id string, key_long long, value_long long"))
-    named = F.broadcast(spark.createDataFrame(
-        [(a.case_id, e.conn_id, e.correlation_id, e.copy, *(a.fetch_partition or (None, None)))
-         for a in anchors for e in a.exchanges] or [("", -1, -1, None, None, None)],
-        "case_id string, conn_id long, correlation_id int, named_copy int, named_topic string,"
-        " named_partition int"))
-    attempts, ends = views.attempts, views.ends
-    # The Produce requests that carried an anchored record, with every record they carried.
-    carried = attempts.join(records, ["key_long", "value_long"]).select("case_id", *EXCHANGE).distinct()
-    produced = attempts.join(F.broadcast(carried), list(EXCHANGE))
-    # The transactions those records were sent and delivered in, and those of the EndTxns the case names.
-    named_ends = ends.join(named, ["conn_id", "correlation_id"]).where(
-        F.col("named_copy").isNull() | (F.col("named_copy") == F.col("copy")))
-    numbers = (
-        produced.select("case_id", *TXN_KEY, F.explode(F.array("txn_client", "txn_broker")).alias("number"))
-        .unionByName(named_ends.select("case_id", *TXN_KEY, F.explode(F.array("txn_client", "txn_broker"))
-                                       .alias("number")))
-        .where(F.col("number").isNotNull()).distinct()
-    )
-    by_client = ends.join(F.broadcast(numbers.withColumnRenamed("number", "txn_client")), [*TXN_KEY, "txn_client"])
-    by_broker = ends.join(F.broadcast(numbers.withColumnRenamed("number", "txn_broker")), [*TXN_KEY, "txn_broker"])
-    end_rows = (by_client.select("case_id", *END_FIELDS).unionByName(by_broker.select("case_id", *END_FIELDS))
-                .unionByName(named_ends.select("case_id", *END_FIELDS)))
+def _among(column: str, values: Iterable[Any]) -> F.Column:
+    wanted = sorted({v for v in values if v is not None})
+    return F.col(column).isin(wanted) if wanted else F.lit(False)
+
+
+def _collect(frame: DataFrame) -> dict[str, list[dict]]:
+    import orjson
+
+    found: dict[str, list[dict]] = defaultdict(list)
+    for row in frame.collect():
+        found[row["kind"]].append(orjson.loads(row["row"]))
+    return found
+
+
+def _first_job(views: WireViews, anchors: list[Anchor]) -> dict[str, list[dict]]:
+    """The anchored records' Produce attempts and the EndTxns the cases name (coarse)."""
+    records = [r for a in anchors for r in a.records]
+    named = [e for a in anchors for e in a.exchanges]
+    attempts = views.attempts.where(_among("key_long", (k for k, _ in records))
+                                    & _among("value_long", (v for _, v in records)))
+    ends = views.ends.where(_among("conn_id", (e.conn_id for e in named))
+                            & _among("correlation_id", (e.correlation_id for e in named)))
+    return _collect(_rows("attempt", attempts, ATTEMPT_FIELDS).unionByName(_rows("end_txn", ends, END_FIELDS)))
+
+
+def _second_job(views: WireViews, requests: set[tuple], producers: set[int], numbers: set[int],
+                fetches: set[tuple]) -> dict[str, list[dict]]:
+    """Everything else the pictures show, for those requests, producers and transactions (coarse)."""
+    attempts = views.attempts.where(_among("conn_id", (r[0] for r in requests))
+                                    & _among("correlation_id", (r[1] for r in requests)))
+    ends = views.ends.where(_among("txn_pid", producers))
+    log = views.log.where(_among("txn_pid", producers)
+                          & (_among("txn_broker", numbers) | _among("txn_client", numbers)))
+    # Every Fetch that returned a marker repeats it: one row per marker.
+    markers = views.fetched.where(F.col("control").isNotNull() & _among("producer_id", producers)).select(
+        *MARKER_FIELDS).distinct()
+    fetched = views.fetched.where(_among("conn_id", (f[0] for f in fetches))
+                                  & _among("correlation_id", (f[1] for f in fetches)))
+    return _collect(
+        _rows("attempt", attempts, ATTEMPT_FIELDS)
+        .unionByName(_rows("end_txn", ends, END_FIELDS))
+        .unionByName(_rows("log", log, LOG_FIELDS))
+        .unionByName(_rows("marker", markers, MARKER_FIELDS))
+        .unionByName(_rows("fetch", fetched, FETCH_FIELDS)))
+
+
+class _Plan:
+    """Per anchor: what the first job found of it, and so what the second must fetch."""
+
+    def __init__(self, anchor: Anchor, first: dict[str, list[dict]]) -> None:
+        self.anchor = anchor
+        wanted = set(anchor.records)
+        self.attempts = [a for a in first["attempt"] if (a["key_long"], a["value_long"]) in wanted]
+        self.named_ends = [e for e in first["end_txn"] for x in anchor.exchanges
+                           if (e["conn_id"], e["correlation_id"]) == (x.conn_id, x.correlation_id)
+                           and (x.copy is None or x.copy == e["copy"])]
+        self.requests = {(a["conn_id"], a["correlation_id"], a["copy"]) for a in self.attempts}
+        # (producer, number): the transactions the records were sent and delivered in, and the named EndTxns'.
+        self.txns = {(r["txn_pid"], n) for r in (*self.attempts, *self.named_ends)
+                     for n in (r["txn_client"], r["txn_broker"]) if n is not None}
+        self.fetches = {(x.conn_id, x.correlation_id, *anchor.fetch_partition) for x in anchor.exchanges
+                        if anchor.fetch_partition is not None}
+
+
+def _story(plan: _Plan, second: dict[str, list[dict]]) -> dict:
+    produces: dict[tuple, dict] = {}
+    fates = {(r["topic"], r["partition"], r["offset"]): r for r in second["log"]}
+    markers: dict[tuple, list[dict]] = defaultdict(list)
+    for m in second["marker"]:
+        markers[(m["topic"], m["partition"], m["producer_id"])].append(m)
+    for r in second["attempt"]:
+        request = (r["conn_id"], r["correlation_id"], r["copy"])
+        if request not in plan.requests:
+            continue
+        exchange = produces.setdefault(request, {f: r[f] for f in PRODUCE_FIELDS} | {"records": []})
+        fate = fates.get((r["topic"], r["partition"], r["landed_offset"])) or {}
+        offset = r["landed_offset"]
+        after = [m for m in markers[(r["topic"], r["partition"], r["producer_id"])]
+                 if offset is not None and m["offset"] > offset]
+        marker = min(after, key=lambda m: m["offset"]) if after else None
+        exchange["records"].append({
+            "key": _value(r, "key"), "value": _value(r, "value"), "topic": r["topic"], "partition": r["partition"],
+            "offset": offset, "status": r["status"], "error": r["response_error"], "fate": fate.get("fate"),
+            "fate_source": fate.get("fate_source"), "log_fate": fate.get("next_marker_fate") or fate.get("marker_fate"),
+            "decided_by": [fate["end_conn_id"], fate["end_correlation_id"], fate["end_copy"]]
+            if fate.get("end_conn_id") is not None else None,
+            "marker": {"offset": marker["offset"], "control": marker["control"]} if marker else None,
+        })
+    for exchange in produces.values():
+        exchange["records"].sort(key=lambda r: (r["topic"], r["partition"], -1 if r["offset"] is None else r["offset"]))
+    named = {(e["conn_id"], e["correlation_id"]) for e in plan.named_ends}
+    chosen = [e for e in second["end_txn"]
+              if (e["txn_pid"], e["txn_client"]) in plan.txns or (e["txn_pid"], e["txn_broker"]) in plan.txns
+              or (e["conn_id"], e["correlation_id"]) in named]
     # A copy's original (and the original's copies): where the hold began, what else it decided.
-    same_request = end_rows.select("case_id", "conn_id", "correlation_id").distinct()
-    end_rows = end_rows.unionByName(
-        ends.join(F.broadcast(same_request), ["conn_id", "correlation_id"]).select("case_id", *END_FIELDS)).distinct()
-    landed = produced.where(F.col("landed_offset").isNotNull()).select(
-        "case_id", "topic", "partition", F.col("landed_offset").alias("offset"), "producer_id").distinct()
-    fates = views.log.join(F.broadcast(landed.drop("producer_id")), ["topic", "partition", "offset"])
-    # Each record's producer's next marker after it: what the log says decided it.
-    after = landed.withColumnRenamed("offset", "record_offset")
-    markers = (
-        views.fetched.where(F.col("control").isNotNull())
-        .select("topic", "partition", "producer_id", "offset", "control")
-        .join(F.broadcast(after), ["topic", "partition", "producer_id"])
-        .where(F.col("offset") > F.col("record_offset"))
-        .groupBy("case_id", "topic", "partition", "record_offset")
-        .agg(F.min(F.struct("offset", "control")).alias("m"))
-        .select("case_id", "topic", "partition", "record_offset", "m.offset", "m.control")
-    )
-    fetched = views.fetched.join(
-        named.where(F.col("named_topic").isNotNull()),
-        (views.fetched["conn_id"] == named["conn_id"]) & (views.fetched["correlation_id"] == named["correlation_id"])
-        & (views.fetched["topic"] == named["named_topic"]) & (views.fetched["partition"] == named["named_partition"]),
-    ).select("case_id", *[views.fetched[c] for c in FETCH_FIELDS])
-    return (
-        _as_rows("produce", produced.select("case_id", *PRODUCE_FIELDS, *RECORD_FIELDS))
-        .unionByName(_as_rows("end_txn", end_rows))
-        .unionByName(_as_rows("log", fates.select("case_id", *LOG_FIELDS)))
-        .unionByName(_as_rows("marker", markers))
-        .unionByName(_as_rows("fetch", fetched))
-    )
+    same_request = {(e["conn_id"], e["correlation_id"]) for e in chosen}
+    ends = {(e["conn_id"], e["correlation_id"], e["copy"]): {f: e[f] for f in END_FIELDS if f != "txn_pid"}
+            for e in second["end_txn"] if (e["conn_id"], e["correlation_id"]) in same_request}
+    fetches: dict[tuple, dict] = {}
+    for r in second["fetch"]:
+        if (r["conn_id"], r["correlation_id"], r["topic"], r["partition"]) not in plan.fetches:
+            continue
+        response = fetches.setdefault((r["conn_id"], r["correlation_id"]), {
+            f: r[f] for f in ("conn_id", "correlation_id", "mono_ns", "latency_ms", "client_id", "rule", "action",
+                              "topic", "partition", "last_stable_offset", "aborted_transactions")} | {"records": []})
+        response["records"].append({"offset": r["offset"], "key": _value(r, "key"), "value": _value(r, "value"),
+                                    "control": r["control"], "producer_id": r["producer_id"],
+                                    "listed_aborted": r["listed_aborted"]})
+    for response in fetches.values():
+        response["records"].sort(key=lambda r: r["offset"])
+
+    def by_time(e: dict) -> tuple:
+        return e["mono_ns"], e["conn_id"], e["correlation_id"], e.get("copy") or 0
+
+    return {"produces": sorted(produces.values(), key=by_time), "end_txns": sorted(ends.values(), key=by_time),
+            "fetches": sorted(fetches.values(), key=by_time)}
 
 
-def _record_value(row: dict, name: str) -> Any:
+def _value(row: dict, name: str) -> Any:
     number = row.get(f"{name}_long")
     return number if number is not None else row.get(name)
 
 
-def assemble(rows: list[dict]) -> dict[str, dict]:
-    """Collected rows -> case_id -> wire story (exchanges in time order, each record with its fate)."""
-    import orjson
-
-    by_case: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
-    for row in rows:
-        by_case[row["case_id"]][row["kind"]].append(orjson.loads(row["row"]))
-    stories = {}
-    for case_id, parts in by_case.items():
-        fates = {(r["topic"], r["partition"], r["offset"]): r for r in parts["log"]}
-        markers = {(m["topic"], m["partition"], m["record_offset"]): m for m in parts["marker"]}
-        produces: dict[tuple, dict] = {}
-        for r in parts["produce"]:
-            exchange = produces.setdefault((r["conn_id"], r["correlation_id"], r["copy"]),
-                                           {f: r[f] for f in PRODUCE_FIELDS} | {"records": []})
-            fate = fates.get((r["topic"], r["partition"], r["landed_offset"])) or {}
-            marker = markers.get((r["topic"], r["partition"], r["landed_offset"]))
-            exchange["records"].append({
-                "key": _record_value(r, "key"), "value": _record_value(r, "value"), "topic": r["topic"],
-                "partition": r["partition"], "offset": r["landed_offset"], "status": r["status"],
-                "error": r["response_error"], "fate": fate.get("fate"), "fate_source": fate.get("fate_source"),
-                "log_fate": fate.get("next_marker_fate") or fate.get("marker_fate"),
-                "decided_by": [fate.get("end_conn_id"), fate.get("end_correlation_id"), fate.get("end_copy")]
-                if fate.get("end_conn_id") is not None else None,
-                "marker": {"offset": marker["offset"], "control": marker["control"]} if marker else None,
-            })
-        for exchange in produces.values():
-            exchange["records"].sort(key=lambda r: (r["topic"], r["partition"], r["offset"] if r["offset"] is not None
-                                                    else -1))
-        fetches: dict[tuple, dict] = {}
-        for r in parts["fetch"]:
-            response = fetches.setdefault((r["conn_id"], r["correlation_id"], r["topic"], r["partition"]), {
-                f: r[f] for f in ("conn_id", "correlation_id", "mono_ns", "latency_ms", "client_id", "rule", "action",
-                                  "topic", "partition", "last_stable_offset", "aborted_transactions")} | {"records": []})
-            response["records"].append({"offset": r["offset"], "key": _record_value(r, "key"),
-                                        "value": _record_value(r, "value"), "control": r["control"],
-                                        "producer_id": r["producer_id"], "listed_aborted": r["listed_aborted"]})
-        for response in fetches.values():
-            response["records"].sort(key=lambda r: r["offset"])
-        stories[case_id] = {
-            "produces": sorted(produces.values(), key=lambda e: (e["mono_ns"], e["conn_id"], e["correlation_id"],
-                                                                 e["copy"])),
-            "end_txns": sorted(parts["end_txn"], key=lambda e: (e["mono_ns"], e["conn_id"], e["correlation_id"],
-                                                                 e["copy"])),
-            "fetches": sorted(fetches.values(), key=lambda f: (f["mono_ns"], f["conn_id"])),
-        }
-    return stories
-
-
 def attach_wire_stories(anomalies: dict[str, list[dict]], views: WireViews) -> int:
-    """Fetch the first drawn cases' stories in one job and store each in its case (``wire_story``).
+    """Read the first drawn cases' stories (two jobs) and store each in its case (``wire_story``).
 
     Returns how many cases got one."""
     anchors = drawn_anchors(anomalies)
     if not anchors:
         return 0
-    stories = assemble(story_frame(views, anchors).collect())
+    first = _first_job(views, anchors)
+    plans = [_Plan(anchor, first) for anchor in anchors]
+    second = _second_job(
+        views,
+        requests={r for p in plans for r in p.requests},
+        producers={pid for p in plans for pid, _ in p.txns},
+        numbers={n for p in plans for _, n in p.txns},
+        fetches={f for p in plans for f in p.fetches},
+    )
     attached = 0
-    for anchor in anchors:
-        story = stories.get(anchor.case_id)
-        if story and (story["produces"] or story["end_txns"] or story["fetches"]):
-            name, _, index = anchor.case_id.rpartition("#")
+    for plan in plans:
+        story = _story(plan, second)
+        if story["produces"] or story["end_txns"] or story["fetches"]:
+            name, _, index = plan.anchor.case_id.rpartition("#")
             anomalies[name][int(index)]["wire_story"] = story
             attached += 1
     return attached
