@@ -7,20 +7,21 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test test-slow install system-packages kafka-jars go-clients third-party-apps kafka-streams-app bench
 
+# Each set-up step prints one line, or its whole output when it fails (scripts/quietly.sh): pip's
+# progress, and setuptools' note that an editable install maps the source tree, stay out of the way.
 $(BIN)/kproxy: pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[all]'
-	touch $@
+	@scripts/quietly.sh "install: kproxy and its extras in $(VENV)" sh -c \
+		"$(PY) -m venv $(VENV) && $(BIN)/pip install -q --upgrade pip && $(BIN)/pip install -q -e '.[all]'"
+	@touch $@
 
 install: $(BIN)/kproxy
 
 system-packages:
-	scripts/install-system-packages.sh
+	@scripts/install-system-packages.sh
 
 # Apache Kafka's broker and Java client jars (Maven Central, cached per machine under ~/.cache/kproxy/kafka).
 kafka-jars: install system-packages
-	$(BIN)/python -m kproxy.kafka.jars
+	@scripts/quietly.sh "kafka jars: Apache Kafka's broker and client" $(BIN)/python -m kproxy.kafka.jars
 
 # The franz-go and sarama workload clients (kproxy/workload/clients/go_bridge), built with Go from the Go module
 # proxy, once per machine under ~/.cache/kproxy/go-clients: about a minute, outside the suite's time budget.

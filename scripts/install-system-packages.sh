@@ -6,6 +6,9 @@
 # that builds the Java client's bridge) and Maven (fetches Kafka's jars from
 # Maven Central) are expected on the machine; they are installed if missing.
 # chromium (headless) loads report.html in the suite, as a reader's browser would.
+#
+# Quiet: one line saying what was installed, or that nothing was missing; apt's
+# own output only when it fails.
 set -euo pipefail
 need=()
 command -v kcat >/dev/null || need+=(kcat)
@@ -15,11 +18,21 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need+=(maven)
 command -v chromium >/dev/null || need+=(chromium)
-[ ${#need[@]} -eq 0 ] && exit 0
+if [ ${#need[@]} -eq 0 ]; then
+  echo "system packages: none missing"
+  exit 0
+fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
+started=$(date +%s)
+log=$(mktemp "${TMPDIR:-/tmp}/kproxy-apt.XXXXXX")
+if ! { $SUDO apt-get update -q && $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "system packages: apt-get failed to install ${need[*]} (its output above)" >&2
+  exit 1
+fi
+rm -f "$log"
 # The Debian packages start a system Prometheus on :9090 and an HAProxy; the tests run their own.
 $SUDO systemctl disable --now prometheus haproxy >/dev/null 2>&1 || true
+echo "system packages: installed ${need[*]} in $(( $(date +%s) - started )) s"
