@@ -8,8 +8,11 @@
 # See docs/observability.md for the compose stack and the port scheme, and
 # docs/security.md for the admin API's token.
 
-# Bookworm, not the newer default: Debian 13 no longer ships Java 17, which Spark needs.
-FROM python:3.11-slim-bookworm
+# Debian bookworm itself, with Debian's Python 3.11 and a venv for kproxy: the
+# base is then made from Debian's packages alone wherever no registry is
+# reachable (scripts/container-base.sh does that for CI). Bookworm, not the
+# newer default: Debian 13 no longer ships Java 17, which Spark needs.
+FROM debian:bookworm-slim
 
 # KPROXY_ADMIN_TOKEN_FILE is where the token is kept, not the token itself.
 # hadolint ignore=DL3064
@@ -26,20 +29,26 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # hadolint ignore=DL3008
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && apt-get install -y --no-install-recommends ca-certificates python3 python3-venv openjdk-17-jre-headless \
     && rm -rf /var/lib/apt/lists/*
 
+# Debian's pip in the venv, kept at Debian's version: it trusts the system's CA bundle.
+RUN python3 -m venv /opt/kproxy/venv
+ENV PATH=/opt/kproxy/venv/bin:$PATH
+
 WORKDIR /opt/kproxy
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY kproxy ./kproxy
 COPY spark ./spark
 # The build ships rules/ and dashboards/ inside the package (pyproject.toml).
 COPY rules ./rules
 COPY dashboards ./dashboards
 # Every extra but the test tools: kafka-python, EDN import, Spark analysis, Parquet traces.
-# The versions that matter are pinned in pyproject.toml, not here.
+# The versions that matter are pinned in pyproject.toml, not here. The build's
+# leftovers (build/, the egg-info) are not kept.
 # hadolint ignore=DL3013
-RUN pip install --no-cache-dir ".[clients,edn,analysis,parquet]"
+RUN pip install --no-cache-dir ".[clients,edn,analysis,parquet]" \
+    && rm -rf build ./*.egg-info
 
 RUN useradd --create-home --uid 10001 --user-group kproxy \
     && mkdir -p /var/lib/kproxy/traces \
@@ -53,8 +62,10 @@ VOLUME ["/var/lib/kproxy/traces"]
 # (node ids 0-111: up to 19204, the embedded Tansu broker, node 111), and the admin HTTP port.
 EXPOSE 19092-19204 19080
 
+# Ready, not merely alive: /readyz answers 503 while no upstream broker can be reached
+# (a proxy in front of nothing can only refuse its clients).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('KPROXY_ADMIN_PORT', '19080'), timeout=2)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('KPROXY_ADMIN_PORT', '19080'), timeout=2)"]
 
 ENTRYPOINT ["kproxy"]
 # Default: proxy a broker reachable as kafka:9092 (for example a container named

@@ -5,7 +5,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-slow install system-packages kafka-jars go-clients third-party-apps kafka-streams-app bench
+.PHONY: demo test test-slow install system-packages kafka-jars go-clients third-party-apps kafka-streams-app bench image-check
 
 # Each set-up step prints one line, or its whole output when it fails (scripts/quietly.sh): pip's
 # progress, and setuptools' note that an editable install maps the source tree, stay out of the way.
@@ -41,6 +41,12 @@ kafka-streams-app: install system-packages
 # Exit status 1 means the analysis found anomalies: the demo worked.
 demo: install system-packages
 	$(BIN)/kproxy demo $(ARGS) || [ $$? -eq 1 ]
+
+# The container image: built with podman from a Debian base made here (no registry needed), then run
+# as users run it (scripts/container-check.py; docs/observability.md, "The image").
+image-check: install
+	@scripts/install-system-packages.sh --containers
+	$(BIN)/python scripts/container-check.py $(ARGS)
 
 bench: install
 	$(BIN)/kproxy bench $(ARGS)

@@ -7,9 +7,16 @@
 # Maven Central) are expected on the machine; they are installed if missing.
 # chromium (headless) loads report.html in the suite, as a reader's browser would.
 #
+# With --containers, also what builds and runs the image in CI
+# (scripts/container-check.py): podman with runc (Debian's podman would pick
+# crun, which these machines' cgroups refuse), and debootstrap, which makes
+# the image's Debian base without a registry (scripts/container-base.sh).
+#
 # Quiet: one line saying what was installed, or that nothing was missing; apt's
 # own output only when it fails.
 set -euo pipefail
+containers=0
+[ "${1:-}" = "--containers" ] && containers=1
 need=()
 command -v kcat >/dev/null || need+=(kcat)
 command -v prometheus >/dev/null || need+=(prometheus)
@@ -18,6 +25,12 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || need+=(maven)
 command -v chromium >/dev/null || need+=(chromium)
+if [ "$containers" = 1 ]; then
+  command -v podman >/dev/null || need+=(podman)
+  command -v runc >/dev/null || need+=(runc)
+  command -v debootstrap >/dev/null || need+=(debootstrap)
+  [ -e /usr/share/keyrings/debian-archive-keyring.gpg ] || need+=(debian-archive-keyring)
+fi
 if [ ${#need[@]} -eq 0 ]; then
   echo "system packages: none missing"
   exit 0
