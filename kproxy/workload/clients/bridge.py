@@ -188,21 +188,55 @@ class Bridge:
                 self._proc.wait()
 
 
+# The safe defaults of the bridged clients, in the Java client's names, which every bridge takes.
+PRODUCER_DEFAULTS: dict[str, object] = {
+    "acks": "all",
+    "enable.idempotence": True,
+    # delivery.timeout.ms must be at least linger.ms + request.timeout.ms.
+    "request.timeout.ms": 5000,
+    "delivery.timeout.ms": 10000,
+    "transaction.timeout.ms": 15000,
+    # Bounds initTransactions, commitTransaction and abortTransaction, which take no timeout.
+    "max.block.ms": 5000,
+}
+CONSUMER_DEFAULTS: dict[str, object] = {
+    "isolation.level": "read_committed",
+    "auto.offset.reset": "earliest",
+    "enable.auto.commit": False,
+}
+
+
 def settings_text(settings: Mapping[str, object]) -> dict[str, str]:
     """Settings as the bridges take them: text, booleans in lower case."""
     return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in settings.items()}
 
 
-class BridgeProducer:
+class _BridgeClient:
+    """A client (handle) in the bridge: built by the op named `kind`, closed with `close`."""
+
+    kind = ""
+
     def __init__(self, bridge: Bridge, config: dict[str, object]) -> None:
         self._bridge = bridge
-        self._handle: int | None = bridge.call("producer", config=settings_text(config), bound=10.0)
+        self._handle: int | None = bridge.call(self.kind, config=settings_text(config), bound=10.0)
 
     @property
     def handle(self) -> int:
         if self._handle is None:
-            raise ClientFailure("ProducerClosed")
+            raise ClientFailure(f"{self.kind.capitalize()}Closed")
         return self._handle
+
+    def close(self, clean: bool, timeout: float) -> None:
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            try:
+                self._bridge.call("close", handle, bound=timeout, clean=clean, timeout=timeout)
+            except ClientFailure:
+                pass
+
+
+class BridgeProducer(_BridgeClient):
+    kind = "producer"
 
     def send(self, topic: str, partition: int, key: bytes, value: bytes) -> Delivery:
         delivery_id, delivery = self._bridge.new_delivery()
@@ -236,25 +270,9 @@ class BridgeProducer:
     def abort_transaction(self, timeout: float) -> None:
         self._bridge.call("abort", self.handle, bound=timeout, timeout=timeout)
 
-    def close(self, clean: bool, timeout: float) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            try:
-                self._bridge.call("close", handle, bound=timeout, clean=clean, timeout=timeout)
-            except ClientFailure:
-                pass
 
-
-class BridgeConsumer:
-    def __init__(self, bridge: Bridge, config: dict[str, object]) -> None:
-        self._bridge = bridge
-        self._handle: int | None = bridge.call("consumer", config=settings_text(config), bound=10.0)
-
-    @property
-    def handle(self) -> int:
-        if self._handle is None:
-            raise ClientFailure("ConsumerClosed")
-        return self._handle
+class BridgeConsumer(_BridgeClient):
+    kind = "consumer"
 
     def assign(self, partitions: Sequence[TopicPartition], offsets: Mapping[TopicPartition, int] | None = None) -> None:
         self._bridge.call("assign", self.handle, bound=10.0, timeout=5.0, partitions=[list(tp) for tp in partitions],
@@ -287,21 +305,13 @@ class BridgeConsumer:
     def seek(self, partition: TopicPartition, offset: int) -> None:
         self._bridge.call("seek", self.handle, topic=partition[0], partition=partition[1], offset=offset)
 
-    def close(self, clean: bool, timeout: float) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            try:
-                self._bridge.call("close", handle, bound=timeout, clean=clean, timeout=timeout)
-            except ClientFailure:
-                pass
-
 
 class BridgeFactory:
     """A ClientFactory whose clients live in one bridge process; subclasses start the bridge and name the defaults."""
 
     name = ""
-    producer_defaults: Mapping[str, object] = {}
-    consumer_defaults: Mapping[str, object] = {}
+    producer_defaults: Mapping[str, object] = PRODUCER_DEFAULTS
+    consumer_defaults: Mapping[str, object] = CONSUMER_DEFAULTS
 
     def __init__(self, bridge: Bridge, bootstrap: str, producer_overrides: Mapping[str, str],
                  consumer_overrides: Mapping[str, str], admin_overrides: Mapping[str, str] | None = None) -> None:

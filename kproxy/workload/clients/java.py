@@ -39,23 +39,6 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("java_bridge") / "ClientBridge.java"
 
-PRODUCER_DEFAULTS: dict[str, object] = {
-    "acks": "all",
-    "enable.idempotence": True,
-    # delivery.timeout.ms must be at least linger.ms + request.timeout.ms.
-    "request.timeout.ms": 5000,
-    "delivery.timeout.ms": 10000,
-    "transaction.timeout.ms": 15000,
-    # Bounds initTransactions, commitTransaction and abortTransaction, which take no timeout.
-    "max.block.ms": 5000,
-}
-CONSUMER_DEFAULTS: dict[str, object] = {
-    "isolation.level": "read_committed",
-    "auto.offset.reset": "earliest",
-    "enable.auto.commit": False,
-}
-
-
 def client_version() -> str:
     return os.environ.get("KPROXY_JAVA_CLIENT_VERSION") or DEFAULT_VERSION
 
@@ -83,9 +66,9 @@ def compiled_bridge(jars: KafkaJars) -> Path:
 
 
 class JavaFactory(BridgeFactory):
+    """The Java client with the bridges' defaults (kproxy.workload.clients.bridge), which are its own names."""
+
     name = "java"
-    producer_defaults = PRODUCER_DEFAULTS
-    consumer_defaults = CONSUMER_DEFAULTS
 
     def __init__(self, bootstrap: str, producer_overrides: Mapping[str, str],
                  consumer_overrides: Mapping[str, str], version: str | None = None,

@@ -9,22 +9,14 @@ it has none for (docs/workload.md, "The Go clients").
 
 from __future__ import annotations
 
-from kproxy.workload.clients.go_build import GoBridgeFactory
+from types import MappingProxyType
 
-PRODUCER_DEFAULTS: dict[str, object] = {
-    "acks": "all",
-    "enable.idempotence": True,
-    "request.timeout.ms": 5000,
-    "transaction.timeout.ms": 15000,
-}
-CONSUMER_DEFAULTS: dict[str, object] = {
-    "isolation.level": "read_committed",
-    "auto.offset.reset": "earliest",
-    "enable.auto.commit": False,
-}
+from kproxy.workload.clients.bridge import PRODUCER_DEFAULTS
+from kproxy.workload.clients.go_build import GoBridgeFactory
 
 
 class SaramaFactory(GoBridgeFactory):
     name = "sarama"
-    producer_defaults = PRODUCER_DEFAULTS
-    consumer_defaults = CONSUMER_DEFAULTS
+    # Sarama has no delivery timeout and its transactional calls take none.
+    producer_defaults = MappingProxyType({k: v for k, v in PRODUCER_DEFAULTS.items()
+                                          if k not in ("delivery.timeout.ms", "max.block.ms")})

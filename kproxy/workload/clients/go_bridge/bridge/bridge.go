@@ -17,11 +17,15 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Failure is a library error as the workload's ClientFailure fields (kproxy/workload/errors.py).
@@ -50,14 +54,199 @@ type Client interface {
 	Close(clean bool, timeout time.Duration)
 }
 
-// Library turns requests into calls of one Kafka client library.
+// Library builds the clients of one Kafka client library from their settings and reads its errors.
+// A setting no option takes is refused (Settings.Unknown).
 type Library interface {
-	// Open builds a client for the ops "producer", "consumer" and "admin".
-	Open(op string, r Req) (Client, error)
-	// Call runs any other op on the client of a handle.
-	Call(op string, r Req, c Client) (any, error)
+	Producer(s *Settings) (Producer, error)
+	Consumer(s *Settings) (Consumer, error)
+	Admin(s *Settings) (Admin, error)
 	// Failure classifies an error the library returned; enqueued is false for a send the library refused.
 	Failure(err error, enqueued bool) Failure
+}
+
+// Producer is a library's producer, as the workload's ProducerClient needs it.
+type Producer interface {
+	Client
+	InitTransactions(timeout time.Duration) error
+	Begin() error
+	// Send hands a record over; its outcome goes out later through Deliveries.Done(id, ...).
+	Send(id int64, topic string, partition int32, key, value []byte)
+	// Flush returns once every send has its outcome out, or when the timeout passed.
+	Flush(timeout time.Duration)
+	SendOffsets(consumer Client, offsets map[TP]int64, timeout time.Duration) error
+	End(commit bool, timeout time.Duration) error
+}
+
+// Consumer is a library's consumer; its Reading holds the positions and assignment the replies are made of.
+type Consumer interface {
+	Client
+	Assign(partitions []TP, offsets map[TP]int64, timeout time.Duration) error
+	Subscribe(topics []string) error
+	// Poll returns at most max records as [topic, partition, offset, key, value], noting each in Reading.
+	Poll(max int, timeout time.Duration) ([]any, error)
+	Commit(offsets map[TP]int64, timeout time.Duration) error
+	Committed(partitions []TP, timeout time.Duration) (map[TP]int64, error)
+	Seek(tp TP, offset int64) error
+	Reading() *Reading
+}
+
+// Admin creates topics: (name, partitions) pairs, the cluster's default replication; an existing topic is fine.
+type Admin interface {
+	Client
+	CreateTopics(topics []TP, timeout time.Duration) error
+}
+
+// Reading is what a consumer has read: the next offset of each partition, and the partitions it holds.
+type Reading struct {
+	mu        sync.Mutex
+	positions map[TP]int64
+	assigned  map[TP]bool
+}
+
+// NewReading is an empty Reading.
+func NewReading() *Reading { return &Reading{positions: map[TP]int64{}, assigned: map[TP]bool{}} }
+
+// Reset holds exactly these partitions, at the positions known (a partition without one has none yet).
+func (r *Reading) Reset(assigned []TP, positions map[TP]int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.positions, r.assigned = map[TP]int64{}, map[TP]bool{}
+	for _, tp := range assigned {
+		r.assigned[tp] = true
+		if o, ok := positions[tp]; ok {
+			r.positions[tp] = o
+		}
+	}
+}
+
+// Hold adds or drops partitions (a group's assignment changing).
+func (r *Reading) Hold(tps []TP, held bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tp := range tps {
+		if held {
+			r.assigned[tp] = true
+		} else {
+			delete(r.assigned, tp)
+			delete(r.positions, tp)
+		}
+	}
+}
+
+// At sets the next offset to read of a partition.
+func (r *Reading) At(tp TP, offset int64) {
+	r.mu.Lock()
+	r.positions[tp] = offset
+	r.mu.Unlock()
+}
+
+// Holds says whether the consumer holds a partition.
+func (r *Reading) Holds(tp TP) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.assigned[tp]
+}
+
+// Held lists the partitions the consumer holds.
+func (r *Reading) Held() []TP {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []TP{}
+	for tp := range r.assigned {
+		out = append(out, tp)
+	}
+	return out
+}
+
+func (r *Reading) positionsReply() []any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := []any{}
+	for tp, o := range r.positions {
+		if r.assigned[tp] {
+			out = append(out, []any{tp.Topic, tp.Partition, o})
+		}
+	}
+	return out
+}
+
+func timeoutOf(r Req) time.Duration {
+	if t := r.Seconds("timeout"); t > 0 {
+		return t
+	}
+	return 5 * time.Second
+}
+
+// call runs an op on a producer, consumer or admin client.
+func call(op string, r Req, c Client) (any, error) {
+	timeout := timeoutOf(r)
+	switch c := c.(type) {
+	case Producer:
+		switch op {
+		case "init_transactions":
+			return nil, c.InitTransactions(timeout)
+		case "begin":
+			return nil, c.Begin()
+		case "send":
+			c.Send(r.Int("d"), r.Str("topic"), int32(r.Int("partition")), r.Bytes("key"), r.Bytes("value"))
+			return nil, nil
+		case "flush":
+			c.Flush(r.Seconds("timeout"))
+			return nil, nil
+		case "send_offsets":
+			consumer := Lookup(r, "consumer")
+			if _, ok := consumer.(Consumer); !ok {
+				return nil, Bad("send_offsets names no open consumer")
+			}
+			return nil, c.SendOffsets(consumer, r.Offsets("offsets"), timeout)
+		case "commit", "abort":
+			return nil, c.End(op == "commit", timeout)
+		}
+	case Consumer:
+		switch op {
+		case "assign":
+			return nil, c.Assign(r.Partitions("partitions"), r.Offsets("offsets"), timeout)
+		case "subscribe":
+			return nil, c.Subscribe(r.Strings("topics"))
+		case "poll":
+			return c.Poll(int(r.Int("max")), r.Seconds("timeout"))
+		case "positions":
+			return c.Reading().positionsReply(), nil
+		case "commit_offsets":
+			if offsets := r.Offsets("offsets"); len(offsets) > 0 {
+				return nil, c.Commit(offsets, timeout)
+			}
+			return nil, nil
+		case "committed":
+			partitions := r.Partitions("partitions")
+			found, err := c.Committed(partitions, timeout)
+			if err != nil {
+				return nil, err
+			}
+			out := []any{}
+			for _, tp := range partitions {
+				if o, ok := found[tp]; ok {
+					out = append(out, []any{tp.Topic, tp.Partition, o})
+				} else {
+					out = append(out, []any{tp.Topic, tp.Partition, nil})
+				}
+			}
+			return out, nil
+		case "assignment":
+			out := []any{}
+			for _, tp := range c.Reading().Held() {
+				out = append(out, []any{tp.Topic, tp.Partition})
+			}
+			return out, nil
+		case "seek":
+			return nil, c.Seek(TP{Topic: r.Str("topic"), Partition: int32(r.Int("partition"))}, r.Int("offset"))
+		}
+	case Admin:
+		if op == "create_topics" {
+			return nil, c.CreateTopics(r.Partitions("topics"), timeout) // [name, partitions]: a topic-partition's shape
+		}
+	}
+	return nil, Badf("unknown op %s for this client", op)
 }
 
 type handle struct {
@@ -130,7 +319,7 @@ func (s *Server) dispatch(op string, r Req, h *handle) (result any, err error) {
 	}()
 	switch op {
 	case "producer", "consumer", "admin":
-		c, err := s.lib.Open(op, r)
+		c, err := s.open(op, NewSettings(r.Config("config")))
 		if err != nil {
 			return nil, err
 		}
@@ -157,7 +346,17 @@ func (s *Server) dispatch(op string, r Req, h *handle) (result any, err error) {
 	if h == nil {
 		return nil, Badf("%s names no handle", op)
 	}
-	return s.lib.Call(op, r, h.client)
+	return call(op, r, h.client)
+}
+
+func (s *Server) open(op string, settings *Settings) (Client, error) {
+	switch op {
+	case "producer":
+		return s.lib.Producer(settings)
+	case "consumer":
+		return s.lib.Consumer(settings)
+	}
+	return s.lib.Admin(settings)
 }
 
 func (s *Server) register(c Client) int64 {
@@ -288,6 +487,45 @@ func Run(lib Library) {
 // Lookup finds the client of another handle named in a request (send_offsets' consumer).
 func Lookup(r Req, key string) Client { return server.Client(r, key) }
 
+// ClientError is one of a library's own errors: its name, and whether a send that failed with it never left the client.
+type ClientError struct {
+	Err       error
+	Name      string
+	Retriable bool
+	Unsent    bool
+}
+
+// fatal are the errors the Java client calls fatal (fenced, epoch, sequence, version, authorization).
+var fatal = map[int16]bool{
+	kerr.ProducerFenced.Code: true, kerr.InvalidProducerEpoch.Code: true, kerr.OutOfOrderSequenceNumber.Code: true,
+	kerr.UnsupportedVersion.Code: true, kerr.TopicAuthorizationFailed.Code: true, kerr.GroupAuthorizationFailed.Code: true,
+	kerr.ClusterAuthorizationFailed.Code: true, kerr.TransactionalIDAuthorizationFailed.Code: true,
+	kerr.SaslAuthenticationFailed.Code: true, kerr.FencedInstanceID.Code: true,
+}
+
+// Classify reads an error the way every client of the workload does (docs/workload.md, "Errors"):
+// a Kafka error code (code finds one) by Kafka's name and retriable flag, else one of the
+// library's known errors by its name, else `other`. A transaction must be aborted after an
+// error that is neither fatal nor retriable: the Java client's rule.
+func Classify(err error, enqueued bool, code func(error) (int16, bool), known []ClientError, other string) Failure {
+	f := Failure{Name: other, Enqueued: enqueued, Message: err.Error()}
+	if c, ok := code(err); ok {
+		f.Name, f.Fatal = fmt.Sprintf("KAFKA_ERROR_%d", c), fatal[c]
+		if ke, ok := kerr.ErrorForCode(c).(*kerr.Error); ok {
+			f.Name, f.Retriable = ke.Message, ke.Retriable
+		}
+	} else {
+		for _, k := range append(known, ClientError{context.DeadlineExceeded, "DeadlineExceeded", true, false}) {
+			if errors.Is(err, k.Err) {
+				f.Name, f.Retriable, f.Enqueued = k.Name, k.Retriable, enqueued && !k.Unsent
+				break
+			}
+		}
+	}
+	f.Abort = !f.Fatal && !f.Retriable
+	return f
+}
+
 // Retrying calls fn again while it fails with an error the library calls retriable
 // (CONCURRENT_TRANSACTIONS, NOT_COORDINATOR, UNSTABLE_OFFSET_COMMIT, ...), as the Java
 // client does inside its calls, until ctx ends.
@@ -303,6 +541,60 @@ func Retrying(ctx context.Context, retriable func(error) bool, fn func() error) 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// Within runs fn and waits for it at most timeout; whether it finished. A close that hangs is left behind.
+func Within(timeout time.Duration, fn func()) bool {
+	done := make(chan struct{})
+	go func() { fn(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// StartOffsets is where the Java client starts assigned partitions: the offset given, else the
+// group's committed one; a partition in neither starts where auto.offset.reset says (not in the map).
+func StartOffsets(c Consumer, partitions []TP, offsets map[TP]int64, timeout time.Duration) (map[TP]int64, error) {
+	var missing []TP
+	for _, tp := range partitions {
+		if _, ok := offsets[tp]; !ok {
+			missing = append(missing, tp)
+		}
+	}
+	start, err := c.Committed(missing, timeout)
+	if err != nil {
+		return nil, err
+	}
+	for _, tp := range partitions {
+		if o, ok := offsets[tp]; ok {
+			start[tp] = o
+		}
+	}
+	return start, nil
+}
+
+// GroupOffsets groups offsets by topic, as requests carry them.
+func GroupOffsets(offsets map[TP]int64) map[string]map[int32]int64 {
+	out := map[string]map[int32]int64{}
+	for tp, o := range offsets {
+		if out[tp.Topic] == nil {
+			out[tp.Topic] = map[int32]int64{}
+		}
+		out[tp.Topic][tp.Partition] = o
+	}
+	return out
+}
+
+// GroupPartitions groups partitions by topic.
+func GroupPartitions(tps []TP) map[string][]int32 {
+	out := map[string][]int32{}
+	for _, tp := range tps {
+		out[tp.Topic] = append(out[tp.Topic], tp.Partition)
+	}
+	return out
 }
 
 // --- arguments ---------------------------------------------------------------------
@@ -454,6 +746,42 @@ func (s *Settings) Get(key string) (string, bool) {
 	s.used[key] = true
 	v, ok := s.values[key]
 	return v, ok
+}
+
+// Choice reads a setting that takes one of a few values: choices says what each one means.
+func Choice[T any](s *Settings, key string, fallback T, choices map[string]T) (T, error) {
+	v, ok := s.Get(key)
+	if !ok {
+		return fallback, nil
+	}
+	meaning, known := choices[v]
+	if !known {
+		var names []string
+		for name := range choices {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		return fallback, Badf("%s=%s: expected one of %s", key, v, strings.Join(names, ", "))
+	}
+	return meaning, nil
+}
+
+// The choices of the settings every client has, as Choice takes them.
+var (
+	Acks            = map[string]int16{"all": -1, "-1": -1, "1": 1, "0": 0}
+	ReadCommitted   = map[string]bool{"read_committed": true, "read_uncommitted": false}
+	Latest          = map[string]bool{"earliest": false, "latest": true}
+	TrueFalse       = map[string]bool{"true": true, "false": false}
+	CompressionType = []string{"none", "gzip", "snappy", "lz4", "zstd"}
+)
+
+// Indexes maps each name to its place in names: a choice among a library's values listed in that order.
+func Indexes(names []string) map[string]int {
+	out := map[string]int{}
+	for i, name := range names {
+		out[name] = i
+	}
+	return out
 }
 
 // Millis reads a setting in milliseconds.

@@ -58,25 +58,18 @@ func producerOpts(s *bridge.Settings) ([]kgo.Opt, time.Duration, error) {
 	if v, ok := s.Get("transactional.id"); ok {
 		opts = append(opts, kgo.TransactionalID(v))
 	}
-	idempotent := true
-	if v, ok := s.Get("enable.idempotence"); ok {
-		idempotent = v == "true"
+	idempotent, err := bridge.Choice(s, "enable.idempotence", true, bridge.TrueFalse)
+	if err != nil {
+		return nil, 0, err
 	}
 	if !idempotent {
 		opts = append(opts, kgo.DisableIdempotentWrite())
 	}
-	if v, ok := s.Get("acks"); ok {
-		switch v {
-		case "all", "-1":
-			opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
-		case "1":
-			opts = append(opts, kgo.RequiredAcks(kgo.LeaderAck()))
-		case "0":
-			opts = append(opts, kgo.RequiredAcks(kgo.NoAck()))
-		default:
-			return nil, 0, bridge.Badf("acks=%s: expected all, -1, 1 or 0", v)
-		}
+	acks, err := bridge.Choice(s, "acks", -1, bridge.Acks)
+	if err != nil {
+		return nil, 0, err
 	}
+	opts = append(opts, kgo.RequiredAcks(map[int16]kgo.Acks{-1: kgo.AllISRAcks(), 1: kgo.LeaderAck(), 0: kgo.NoAck()}[acks]))
 	durations := []struct {
 		key string
 		opt func(time.Duration) kgo.Opt
@@ -110,14 +103,14 @@ func producerOpts(s *bridge.Settings) ([]kgo.Opt, time.Duration, error) {
 		}
 		opts = append(opts, kgo.MaxProduceRequestsInflightPerBroker(n))
 	}
-	if v, ok := s.Get("compression.type"); ok {
-		codec := map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(),
-			"snappy": kgo.SnappyCompression(), "lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression()}
-		c, known := codec[v]
-		if !known {
-			return nil, 0, bridge.Badf("compression.type=%s: expected none, gzip, snappy, lz4 or zstd", v)
-		}
-		opts = append(opts, kgo.ProducerBatchCompression(c))
+	codecs := []kgo.CompressionCodec{kgo.NoCompression(), kgo.GzipCompression(), kgo.SnappyCompression(),
+		kgo.Lz4Compression(), kgo.ZstdCompression()}
+	codec, err := bridge.Choice(s, "compression.type", -1, bridge.Indexes(bridge.CompressionType))
+	if err != nil {
+		return nil, 0, err
+	}
+	if codec >= 0 {
+		opts = append(opts, kgo.ProducerBatchCompression(codecs[codec]))
 	}
 	block, ok, err := s.Millis("max.block.ms")
 	if err != nil {
@@ -144,29 +137,23 @@ func consumerOpts(s *bridge.Settings) (consumerSettings, error) {
 	}
 	out := consumerSettings{reset: kgo.NewOffset().AtStart()}
 	out.group, _ = s.Get("group.id")
-	isolation := "read_uncommitted"
-	if v, ok := s.Get("isolation.level"); ok {
-		isolation = v
+	committed, err := bridge.Choice(s, "isolation.level", false, bridge.ReadCommitted)
+	if err != nil {
+		return out, err
 	}
-	switch isolation {
-	case "read_committed":
+	if committed {
 		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	case "read_uncommitted":
-	default:
-		return out, bridge.Badf("isolation.level=%s: expected read_committed or read_uncommitted", isolation)
 	}
-	if v, ok := s.Get("auto.offset.reset"); ok {
-		switch v {
-		case "earliest":
-		case "latest":
-			out.reset = kgo.NewOffset().AtEnd()
-		default:
-			return out, bridge.Badf("auto.offset.reset=%s: expected earliest or latest", v)
-		}
+	latest, err := bridge.Choice(s, "auto.offset.reset", false, bridge.Latest)
+	if err != nil {
+		return out, err
+	}
+	if latest {
+		out.reset = kgo.NewOffset().AtEnd()
 	}
 	opts = append(opts, kgo.ConsumeResetOffset(out.reset))
-	if v, ok := s.Get("enable.auto.commit"); ok {
-		out.auto = v == "true"
+	if out.auto, err = bridge.Choice(s, "enable.auto.commit", false, bridge.TrueFalse); err != nil {
+		return out, err
 	}
 	durations := []struct {
 		key   string
@@ -195,39 +182,35 @@ func consumerOpts(s *bridge.Settings) (consumerSettings, error) {
 
 // --- opening clients -------------------------------------------------------------------
 
-func (franz) Open(op string, r bridge.Req) (bridge.Client, error) {
-	s := bridge.NewSettings(r.Config("config"))
-	switch op {
-	case "producer":
-		opts, block, err := producerOpts(s)
-		if err != nil {
-			return nil, err
-		}
-		p := &producer{opts: opts, block: block, deliveries: bridge.NewDeliveries()}
-		if v, ok := s.Get("transactional.id"); ok {
-			p.txnID = v
-		}
-		return p, p.open()
-	case "consumer":
-		cs, err := consumerOpts(s)
-		if err != nil {
-			return nil, err
-		}
-		return &consumer{settings: cs, positions: map[bridge.TP]int64{}, assigned: map[bridge.TP]bool{}}, nil
-	default: // admin
-		opts, err := common(s)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.Unknown("franz-go's admin client"); err != nil {
-			return nil, err
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			return nil, bridge.Bad(err.Error())
-		}
-		return &admin{cl}, nil
+func (franz) Producer(s *bridge.Settings) (bridge.Producer, error) {
+	opts, block, err := producerOpts(s)
+	if err != nil {
+		return nil, err
 	}
+	p := &producer{opts: opts, block: block, deliveries: bridge.NewDeliveries()}
+	p.txnID, _ = s.Get("transactional.id")
+	return p, p.open()
+}
+
+// Consumer builds its kgo client at the first assign or subscribe, which decide what kind it is.
+func (franz) Consumer(s *bridge.Settings) (bridge.Consumer, error) {
+	cs, err := consumerOpts(s)
+	return &consumer{settings: cs, reading: bridge.NewReading()}, err
+}
+
+func (franz) Admin(s *bridge.Settings) (bridge.Admin, error) {
+	opts, err := common(s)
+	if err == nil {
+		err = s.Unknown("franz-go's admin client")
+	}
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, bridge.Bad(err.Error())
+	}
+	return &admin{cl}, nil
 }
 
 // withCancel is a client whose crash cancels its context first, so that Close leaves no group and ends nothing.
@@ -255,13 +238,8 @@ func (w withCancel) close(clean bool, timeout time.Duration) {
 		w.cl.Close()
 		return
 	}
-	done := make(chan struct{})
-	go func() { w.cl.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		w.cancel()
-		<-done
+	if !bridge.Within(timeout, w.cl.Close) {
+		w.cancel() // Close then gives up on the group's LeaveGroup and returns
 	}
 	w.cancel()
 }
@@ -296,67 +274,36 @@ func (p *producer) Close(clean bool, timeout time.Duration) {
 	p.client.close(clean, timeout)
 }
 
-func (p *producer) ctx(r bridge.Req) (context.Context, context.CancelFunc) {
-	timeout := r.Seconds("timeout")
-	if p.block > 0 && (timeout == 0 || p.block < timeout) {
+// ctx bounds a transactional call by its timeout, or by max.block.ms when that is shorter.
+func (p *producer) ctx(timeout time.Duration) (context.Context, context.CancelFunc) {
+	if p.block > 0 && p.block < timeout {
 		timeout = p.block
-	}
-	if timeout == 0 {
-		timeout = 5 * time.Second
 	}
 	return context.WithTimeout(context.Background(), timeout)
 }
 
-func (franz) Call(op string, r bridge.Req, c bridge.Client) (any, error) {
-	switch c := c.(type) {
-	case *producer:
-		return c.call(op, r)
-	case *consumer:
-		return c.call(op, r)
-	case *admin:
-		return c.call(op, r)
-	}
-	return nil, bridge.Badf("unknown client")
-}
-
-func (p *producer) call(op string, r bridge.Req) (any, error) {
-	cl := p.client.cl
-	ctx, cancel := p.ctx(r)
+// InitTransactions sends InitProducerId now, fencing a predecessor, as the Java client does
+// (franz-go alone would wait for the first record).
+func (p *producer) InitTransactions(timeout time.Duration) error {
+	ctx, cancel := p.ctx(timeout)
 	defer cancel()
-	switch op {
-	case "init_transactions":
-		_, _, err := cl.ProducerID(ctx) // InitProducerId now, fencing a predecessor, as the Java client does
-		return nil, err
-	case "begin":
-		p.mu.Lock()
-		p.sentInTxn, p.failedInTxn, p.offsetsSent = false, nil, false
-		p.mu.Unlock()
-		return nil, cl.BeginTransaction()
-	case "send":
-		p.send(r)
-		return nil, nil
-	case "flush":
-		p.flush(ctx, r.Seconds("timeout"))
-		return nil, nil
-	case "send_offsets":
-		cons, _ := bridge.Lookup(r, "consumer").(*consumer)
-		if cons == nil {
-			return nil, bridge.Bad("send_offsets names no open consumer")
-		}
-		return nil, p.sendOffsets(ctx, cons, r.Offsets("offsets"))
-	case "commit", "abort":
-		return nil, p.end(ctx, op == "commit")
-	}
-	return nil, bridge.Badf("unknown op %s for a producer", op)
+	_, _, err := p.client.cl.ProducerID(ctx)
+	return err
 }
 
-func (p *producer) send(r bridge.Req) {
-	id := r.Int("d")
-	rec := &kgo.Record{Topic: r.Str("topic"), Partition: int32(r.Int("partition")), Key: r.Bytes("key"), Value: r.Bytes("value")}
+func (p *producer) Begin() error {
+	p.mu.Lock()
+	p.sentInTxn, p.failedInTxn, p.offsetsSent = false, nil, false
+	p.mu.Unlock()
+	return p.client.cl.BeginTransaction()
+}
+
+func (p *producer) Send(id int64, topic string, partition int32, key, value []byte) {
 	p.mu.Lock()
 	p.sentInTxn = true
 	p.mu.Unlock()
 	p.deliveries.Start()
+	rec := &kgo.Record{Topic: topic, Partition: partition, Key: key, Value: value}
 	p.client.cl.Produce(context.Background(), rec, func(rec *kgo.Record, err error) {
 		if err != nil {
 			f := classify(err, true)
@@ -372,18 +319,31 @@ func (p *producer) send(r bridge.Req) {
 	})
 }
 
-func (p *producer) flush(ctx context.Context, timeout time.Duration) {
-	start := time.Now()
-	p.client.cl.Flush(ctx) // an error is the deadline: the sends still pending stay without an outcome
-	p.deliveries.Wait(max(0, timeout-time.Since(start)))
+func (p *producer) Flush(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	p.flush(ctx)
 }
 
-// end commits or aborts; an offsets-only transaction is ended by the bridge (see endOwn).
-func (p *producer) end(ctx context.Context, commit bool) error {
-	cl := p.client.cl
+func (p *producer) flush(ctx context.Context) {
+	p.client.cl.Flush(ctx) // an error is the deadline: the sends still pending stay without an outcome
 	deadline, _ := ctx.Deadline()
+	p.deliveries.Wait(max(0, time.Until(deadline)))
+}
+
+func (p *producer) SendOffsets(c bridge.Client, offsets map[bridge.TP]int64, timeout time.Duration) error {
+	ctx, cancel := p.ctx(timeout)
+	defer cancel()
+	return p.sendOffsets(ctx, c.(*consumer), offsets)
+}
+
+// End commits or aborts; an offsets-only transaction is ended by the program (see endOwn).
+func (p *producer) End(commit bool, timeout time.Duration) error {
+	ctx, cancel := p.ctx(timeout)
+	defer cancel()
+	cl := p.client.cl
 	if commit {
-		p.flush(ctx, time.Until(deadline))
+		p.flush(ctx)
 	} else if err := cl.AbortBufferedRecords(ctx); err != nil {
 		return err
 	}
@@ -504,22 +464,15 @@ func (p *producer) sendOffsets(ctx context.Context, c *consumer, offsets map[bri
 	req := kmsg.NewPtrTxnOffsetCommitRequest()
 	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = p.txnID, group, id, epoch
 	req.Generation, req.MemberID = generation, member
-	byTopic := map[string]*kmsg.TxnOffsetCommitRequestTopic{}
-	for tp, offset := range offsets {
-		t := byTopic[tp.Topic]
-		if t == nil {
-			nt := kmsg.NewTxnOffsetCommitRequestTopic()
-			nt.Topic = tp.Topic
-			t = &nt
-			byTopic[tp.Topic] = t
-		}
+	req.Topics = offsetTopics(offsets, func(name string, parts []kmsg.TxnOffsetCommitRequestTopicPartition) kmsg.TxnOffsetCommitRequestTopic {
+		t := kmsg.NewTxnOffsetCommitRequestTopic()
+		t.Topic, t.Partitions = name, parts
+		return t
+	}, func(partition int32, offset int64) kmsg.TxnOffsetCommitRequestTopicPartition {
 		part := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-		part.Partition, part.Offset, part.LeaderEpoch = tp.Partition, offset, -1
-		t.Partitions = append(t.Partitions, part)
-	}
-	for _, t := range byTopic {
-		req.Topics = append(req.Topics, *t)
-	}
+		part.Partition, part.Offset, part.LeaderEpoch = partition, offset, -1
+		return part
+	})
 	// v6 names topics by id; kgo pins v5 when it has none, and v4 before transaction version 2.
 	resp, err := coordinated(ctx, cl, 0, group, req, versionCap(tv2, 4, 5), func(kmsg.Response) int16 { return 0 })
 	if err != nil {
@@ -533,6 +486,19 @@ func (p *producer) sendOffsets(ctx context.Context, c *consumer, offsets map[bri
 		}
 	}
 	return nil
+}
+
+// offsetTopics builds the topics of an offset request (TxnOffsetCommit, OffsetCommit), each with its own types.
+func offsetTopics[T, P any](offsets map[bridge.TP]int64, topic func(string, []P) T, part func(int32, int64) P) []T {
+	var out []T
+	for name, parts := range bridge.GroupOffsets(offsets) {
+		var ps []P
+		for partition, offset := range parts {
+			ps = append(ps, part(partition, offset))
+		}
+		out = append(out, topic(name, ps))
+	}
+	return out
 }
 
 func versionCap(tv2 bool, before int16, after ...int16) int16 {
@@ -597,13 +563,12 @@ type consumer struct {
 	settings consumerSettings
 	client   withCancel
 	mode     string // "", "assign" or "subscribe"
-
-	mu        sync.Mutex
-	positions map[bridge.TP]int64
-	assigned  map[bridge.TP]bool
+	reading  *bridge.Reading
 }
 
 func (c *consumer) Close(clean bool, timeout time.Duration) { c.client.close(clean, timeout) }
+
+func (c *consumer) Reading() *bridge.Reading { return c.reading }
 
 func (c *consumer) groupMetadata() (string, int32) {
 	if c.mode != "subscribe" {
@@ -623,134 +588,44 @@ func (c *consumer) use(mode string, opts ...kgo.Opt) error {
 		return err
 	}
 	c.client, c.mode = client, mode
-	c.mu.Lock()
-	c.positions, c.assigned = map[bridge.TP]int64{}, map[bridge.TP]bool{}
-	c.mu.Unlock()
+	c.reading.Reset(nil, nil)
 	return nil
 }
 
-func (c *consumer) call(op string, r bridge.Req) (any, error) {
-	timeout := r.Seconds("timeout")
-	if timeout == 0 {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	switch op {
-	case "assign":
-		return nil, c.assign(ctx, r.Partitions("partitions"), r.Offsets("offsets"))
-	case "subscribe":
-		return nil, c.subscribe(r.Strings("topics"))
-	case "poll":
-		return c.poll(ctx, int(r.Int("max")))
-	case "positions":
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		out := []any{}
-		for tp, o := range c.positions {
-			if c.assigned[tp] {
-				out = append(out, []any{tp.Topic, tp.Partition, o})
-			}
-		}
-		return out, nil
-	case "commit_offsets":
-		return nil, c.commit(ctx, r.Offsets("offsets"))
-	case "committed":
-		found, err := c.committed(ctx, r.Partitions("partitions"))
-		if err != nil {
-			return nil, err
-		}
-		out := []any{}
-		for _, tp := range r.Partitions("partitions") {
-			if o, ok := found[tp]; ok {
-				out = append(out, []any{tp.Topic, tp.Partition, o})
-			} else {
-				out = append(out, []any{tp.Topic, tp.Partition, nil})
-			}
-		}
-		return out, nil
-	case "assignment":
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		out := []any{}
-		for tp := range c.assigned {
-			out = append(out, []any{tp.Topic, tp.Partition})
-		}
-		return out, nil
-	case "seek":
-		tp := bridge.TP{Topic: r.Str("topic"), Partition: int32(r.Int("partition"))}
-		offset := r.Int("offset")
-		if c.client.cl != nil {
-			c.client.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{tp.Topic: {tp.Partition: {Epoch: -1, Offset: offset}}})
-		}
-		c.mu.Lock()
-		c.positions[tp] = offset
-		c.mu.Unlock()
-		return nil, nil
-	}
-	return nil, bridge.Badf("unknown op %s for a consumer", op)
-}
-
-func (c *consumer) assign(ctx context.Context, partitions []bridge.TP, offsets map[bridge.TP]int64) error {
+func (c *consumer) Assign(partitions []bridge.TP, offsets map[bridge.TP]int64, timeout time.Duration) error {
 	if err := c.use("assign"); err != nil {
 		return err
 	}
 	cl := c.client.cl
-	c.mu.Lock()
 	old := map[string][]int32{}
-	for tp := range c.assigned {
+	for _, tp := range c.reading.Held() {
 		old[tp.Topic] = append(old[tp.Topic], tp.Partition)
 	}
-	c.mu.Unlock()
 	cl.RemoveConsumePartitions(old)
-	// Where the Java client starts an assigned partition: the offset given, else the group's committed one.
-	var missing []bridge.TP
-	for _, tp := range partitions {
-		if _, ok := offsets[tp]; !ok {
-			missing = append(missing, tp)
-		}
-	}
-	committed := map[bridge.TP]int64{}
-	if len(missing) > 0 && c.settings.group != "" {
-		var err error
-		if committed, err = c.committed(ctx, missing); err != nil {
-			return err
-		}
+	starts, err := bridge.StartOffsets(c, partitions, offsets, timeout)
+	if err != nil {
+		return err
 	}
 	add := map[string]map[int32]kgo.Offset{}
-	positions, assigned := map[bridge.TP]int64{}, map[bridge.TP]bool{}
 	for _, tp := range partitions {
 		start := c.settings.reset
-		if o, ok := offsets[tp]; ok {
-			start, positions[tp] = kgo.NewOffset().At(o), o
-		} else if o, ok := committed[tp]; ok {
-			start, positions[tp] = kgo.NewOffset().At(o), o
+		if o, ok := starts[tp]; ok {
+			start = kgo.NewOffset().At(o)
 		}
 		if add[tp.Topic] == nil {
 			add[tp.Topic] = map[int32]kgo.Offset{}
 		}
 		add[tp.Topic][tp.Partition] = start
-		assigned[tp] = true
 	}
 	cl.AddConsumePartitions(add)
-	c.mu.Lock()
-	c.positions, c.assigned = positions, assigned
-	c.mu.Unlock()
+	c.reading.Reset(partitions, starts)
 	return nil
 }
 
-func (c *consumer) subscribe(topics []string) error {
+func (c *consumer) Subscribe(topics []string) error {
 	if c.settings.group == "" {
 		return bridge.Bad("subscribe needs group.id")
 	}
-	opts := []kgo.Opt{kgo.ConsumerGroup(c.settings.group), kgo.ConsumeTopics(topics...),
-		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { c.track(m, true) }),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { c.track(m, false) }),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { c.track(m, false) })}
-	if !c.settings.auto {
-		opts = append(opts, kgo.DisableAutoCommit())
-	}
-	opts = append(opts, c.settings.groupOpts...)
 	if c.mode == "subscribe" {
 		now := map[string]bool{}
 		for _, t := range topics {
@@ -766,43 +641,54 @@ func (c *consumer) subscribe(topics []string) error {
 		c.client.cl.AddConsumeTopics(topics...)
 		return nil
 	}
-	return c.use("subscribe", opts...)
-}
-
-func (c *consumer) track(m map[string][]int32, assigned bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for t, ps := range m {
-		for _, p := range ps {
-			tp := bridge.TP{Topic: t, Partition: p}
-			if assigned {
-				c.assigned[tp] = true
-			} else {
-				delete(c.assigned, tp)
-				delete(c.positions, tp)
+	held := func(held bool) func(context.Context, *kgo.Client, map[string][]int32) {
+		return func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			var tps []bridge.TP
+			for t, ps := range m {
+				for _, p := range ps {
+					tps = append(tps, bridge.TP{Topic: t, Partition: p})
+				}
 			}
+			c.reading.Hold(tps, held)
 		}
 	}
+	opts := []kgo.Opt{kgo.ConsumerGroup(c.settings.group), kgo.ConsumeTopics(topics...),
+		kgo.OnPartitionsAssigned(held(true)), kgo.OnPartitionsRevoked(held(false)), kgo.OnPartitionsLost(held(false))}
+	if !c.settings.auto {
+		opts = append(opts, kgo.DisableAutoCommit())
+	}
+	return c.use("subscribe", append(opts, c.settings.groupOpts...)...)
 }
 
-func (c *consumer) poll(ctx context.Context, maxRecords int) (any, error) {
+func (c *consumer) Seek(tp bridge.TP, offset int64) error {
+	if c.client.cl != nil {
+		c.client.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{tp.Topic: {tp.Partition: {Epoch: -1, Offset: offset}}})
+	}
+	c.reading.At(tp, offset)
+	return nil
+}
+
+func (c *consumer) Poll(maxRecords int, timeout time.Duration) ([]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	out := []any{}
 	if c.client.cl == nil {
 		<-ctx.Done()
 		return out, nil
 	}
-	fetches := c.client.cl.PollRecords(ctx, maxRecords)
+	fetches := c.client.cl.PollRecords(ctx, maxRecords) // keeps what is beyond maxRecords for the next poll
 	var failure error
 	fetches.EachError(func(_ string, _ int32, err error) {
-		if failure == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		// The poll's own deadline, and what kgo retries itself (a topic whose metadata is not out yet), fail nothing.
+		var ke *kerr.Error
+		retried := errors.As(err, &ke) && ke.Retriable
+		if failure == nil && !retried && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			failure = err
 		}
 	})
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	fetches.EachRecord(func(rec *kgo.Record) {
 		out = append(out, []any{rec.Topic, rec.Partition, rec.Offset, bridge.B64(rec.Key), bridge.B64(rec.Value)})
-		c.positions[bridge.TP{Topic: rec.Topic, Partition: rec.Partition}] = rec.Offset + 1
+		c.reading.At(bridge.TP{Topic: rec.Topic, Partition: rec.Partition}, rec.Offset+1)
 	})
 	if len(out) == 0 && failure != nil {
 		return nil, failure
@@ -810,30 +696,24 @@ func (c *consumer) poll(ctx context.Context, maxRecords int) (any, error) {
 	return out, nil
 }
 
-func (c *consumer) commit(ctx context.Context, offsets map[bridge.TP]int64) error {
-	if len(offsets) == 0 {
-		return nil
-	}
+func (c *consumer) Commit(offsets map[bridge.TP]int64, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	if c.client.cl == nil {
 		return bridge.Bad("commit before assign or subscribe")
 	}
 	member, generation := c.groupMetadata()
 	req := kmsg.NewPtrOffsetCommitRequest()
 	req.Group, req.Generation, req.MemberID = c.settings.group, generation, member
-	byTopic := map[string]int{}
-	for tp, offset := range offsets {
-		i, ok := byTopic[tp.Topic]
-		if !ok {
-			t := kmsg.NewOffsetCommitRequestTopic()
-			t.Topic = tp.Topic
-			req.Topics = append(req.Topics, t)
-			i = len(req.Topics) - 1
-			byTopic[tp.Topic] = i
-		}
+	req.Topics = offsetTopics(offsets, func(name string, parts []kmsg.OffsetCommitRequestTopicPartition) kmsg.OffsetCommitRequestTopic {
+		t := kmsg.NewOffsetCommitRequestTopic()
+		t.Topic, t.Partitions = name, parts
+		return t
+	}, func(partition int32, offset int64) kmsg.OffsetCommitRequestTopicPartition {
 		part := kmsg.NewOffsetCommitRequestTopicPartition()
-		part.Partition, part.Offset, part.LeaderEpoch = tp.Partition, offset, -1
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, part)
-	}
+		part.Partition, part.Offset, part.LeaderEpoch = partition, offset, -1
+		return part
+	})
 	return retrying(ctx, func() error {
 		resp, err := req.RequestWith(ctx, c.client.cl)
 		if err != nil {
@@ -850,26 +730,21 @@ func (c *consumer) commit(ctx context.Context, offsets map[bridge.TP]int64) erro
 	})
 }
 
-func (c *consumer) committed(ctx context.Context, partitions []bridge.TP) (map[bridge.TP]int64, error) {
+func (c *consumer) Committed(partitions []bridge.TP, timeout time.Duration) (map[bridge.TP]int64, error) {
 	found := map[bridge.TP]int64{}
 	cl := c.client.cl
-	if cl == nil || c.settings.group == "" {
+	if cl == nil || c.settings.group == "" || len(partitions) == 0 {
 		return found, nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.Group = c.settings.group
 	req.RequireStable = true
-	byTopic := map[string]int{}
-	for _, tp := range partitions {
-		i, ok := byTopic[tp.Topic]
-		if !ok {
-			t := kmsg.NewOffsetFetchRequestTopic()
-			t.Topic = tp.Topic
-			req.Topics = append(req.Topics, t)
-			i = len(req.Topics) - 1
-			byTopic[tp.Topic] = i
-		}
-		req.Topics[i].Partitions = append(req.Topics[i].Partitions, tp.Partition)
+	for topic, parts := range bridge.GroupPartitions(partitions) {
+		t := kmsg.NewOffsetFetchRequestTopic()
+		t.Topic, t.Partitions = topic, parts
+		req.Topics = append(req.Topics, t)
 	}
 	err := retrying(ctx, func() error {
 		resp, err := req.RequestWith(ctx, cl)
@@ -900,80 +775,55 @@ type admin struct{ cl *kgo.Client }
 
 func (a *admin) Close(bool, time.Duration) { a.cl.Close() }
 
-func (a *admin) call(op string, r bridge.Req) (any, error) {
-	if op != "create_topics" {
-		return nil, bridge.Badf("unknown op %s for an admin client", op)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(r.Seconds("timeout"), time.Second))
+func (a *admin) CreateTopics(topics []bridge.TP, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Second))
 	defer cancel()
 	req := kmsg.NewPtrCreateTopicsRequest()
-	req.TimeoutMillis = int32(r.Seconds("timeout").Milliseconds())
-	for _, item := range r.Partitions("topics") { // [name, partitions]: the same shape as a topic-partition
+	req.TimeoutMillis = int32(timeout.Milliseconds())
+	for _, item := range topics {
 		t := kmsg.NewCreateTopicsRequestTopic()
 		t.Topic, t.NumPartitions, t.ReplicationFactor = item.Topic, item.Partition, -1 // the cluster's default replication
 		req.Topics = append(req.Topics, t)
 	}
 	resp, err := req.RequestWith(ctx, a.cl)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, t := range resp.Topics {
 		if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return nil, err
+			return err
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // --- errors ----------------------------------------------------------------------------
 
-var fatal = map[int16]bool{
-	kerr.ProducerFenced.Code: true, kerr.InvalidProducerEpoch.Code: true, kerr.OutOfOrderSequenceNumber.Code: true,
-	kerr.UnsupportedVersion.Code: true, kerr.TopicAuthorizationFailed.Code: true, kerr.GroupAuthorizationFailed.Code: true,
-	kerr.ClusterAuthorizationFailed.Code: true, kerr.TransactionalIDAuthorizationFailed.Code: true,
-	kerr.SaslAuthenticationFailed.Code: true, kerr.FencedInstanceID.Code: true,
+// clientErrors are franz-go's own errors.
+var clientErrors = []bridge.ClientError{
+	{Err: kgo.ErrRecordTimeout, Name: "ErrRecordTimeout", Retriable: true},
+	{Err: kgo.ErrRecordRetries, Name: "ErrRecordRetries", Retriable: true},
+	{Err: kgo.ErrMaxBuffered, Name: "ErrMaxBuffered", Retriable: true, Unsent: true},
+	{Err: kgo.ErrAborting, Name: "ErrAborting"},
+	{Err: kgo.ErrClientClosed, Name: "ErrClientClosed"},
+	{Err: context.Canceled, Name: "Canceled"},
 }
 
-// clientErrors names franz-go's own errors, and says whether the record of a failed send never left the client.
-var clientErrors = []struct {
-	err       error
-	name      string
-	retriable bool
-	unsent    bool
-}{
-	{kgo.ErrRecordTimeout, "ErrRecordTimeout", true, false},
-	{kgo.ErrRecordRetries, "ErrRecordRetries", true, false},
-	{kgo.ErrMaxBuffered, "ErrMaxBuffered", true, true},
-	{kgo.ErrAborting, "ErrAborting", false, false},
-	{kgo.ErrClientClosed, "ErrClientClosed", false, false},
-	{context.DeadlineExceeded, "DeadlineExceeded", true, false},
-	{context.Canceled, "Canceled", false, false},
+// kafkaCode finds the Kafka error code franz-go wraps.
+func kafkaCode(err error) (int16, bool) {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Code, true
+	}
+	return 0, false
 }
 
 // classify is the workload's reading of a franz-go error (docs/workload.md, "Errors").
 func classify(err error, enqueued bool) bridge.Failure {
-	f := bridge.Failure{Enqueued: enqueued, Message: err.Error()}
-	var ke *kerr.Error
-	if errors.As(err, &ke) {
-		f.Name, f.Retriable, f.Fatal = ke.Message, ke.Retriable, fatal[ke.Code]
-	} else {
-		f.Name = "KgoError"
-		for _, known := range clientErrors {
-			if errors.Is(err, known.err) {
-				f.Name, f.Retriable = known.name, known.retriable
-				if known.unsent {
-					f.Enqueued = false
-				}
-				break
-			}
-		}
-		if strings.Contains(err.Error(), "not in a transaction") {
-			f.Name, f.Enqueued = "NotInTransaction", false
-		}
+	f := bridge.Classify(err, enqueued, kafkaCode, clientErrors, "KgoError")
+	if f.Name == "KgoError" && strings.Contains(err.Error(), "not in a transaction") {
+		f.Name, f.Enqueued = "NotInTransaction", false // kgo's errNotInTransaction is not exported
 	}
-	// The Java client's rule, which the other clients follow: an error that is neither fatal nor
-	// retriable leaves a transaction needing an abort.
-	f.Abort = !f.Fatal && !f.Retriable
 	return f
 }
 

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kerr"
 
 	"kproxy.local/gobridge/bridge"
 )
@@ -87,30 +86,21 @@ func producerConfig(s *bridge.Settings) ([]string, *sarama.Config, error) {
 	if v, ok := s.Get("transactional.id"); ok {
 		p.Transaction.ID = v
 	}
-	if v, ok := s.Get("enable.idempotence"); ok {
-		p.Idempotent = v == "true"
+	if p.Idempotent, err = bridge.Choice(s, "enable.idempotence", true, bridge.TrueFalse); err != nil {
+		return nil, nil, err
 	}
-	if v, ok := s.Get("acks"); ok {
-		switch v {
-		case "all", "-1":
-			p.RequiredAcks = sarama.WaitForAll
-		case "1":
-			p.RequiredAcks = sarama.WaitForLocal
-		case "0":
-			p.RequiredAcks = sarama.NoResponse
-		default:
-			return nil, nil, bridge.Badf("acks=%s: expected all, -1, 1 or 0", v)
-		}
+	acks, err := bridge.Choice(s, "acks", -1, bridge.Acks)
+	if err != nil {
+		return nil, nil, err
 	}
-	if v, ok := s.Get("compression.type"); ok {
-		codec := map[string]sarama.CompressionCodec{"none": sarama.CompressionNone, "gzip": sarama.CompressionGZIP,
-			"snappy": sarama.CompressionSnappy, "lz4": sarama.CompressionLZ4, "zstd": sarama.CompressionZSTD}
-		c, known := codec[v]
-		if !known {
-			return nil, nil, bridge.Badf("compression.type=%s: expected none, gzip, snappy, lz4 or zstd", v)
-		}
-		p.Compression = c
+	p.RequiredAcks = sarama.RequiredAcks(acks) // sarama's values are Kafka's: -1, 1, 0
+	codecs := []sarama.CompressionCodec{sarama.CompressionNone, sarama.CompressionGZIP, sarama.CompressionSnappy,
+		sarama.CompressionLZ4, sarama.CompressionZSTD}
+	codec, err := bridge.Choice(s, "compression.type", 0, bridge.Indexes(bridge.CompressionType))
+	if err != nil {
+		return nil, nil, err
 	}
+	p.Compression = codecs[codec]
 	for _, err := range []error{
 		millis(s, "request.timeout.ms", &p.Timeout),
 		millis(s, "transaction.timeout.ms", &p.Transaction.Timeout),
@@ -144,26 +134,22 @@ func consumerConfig(s *bridge.Settings) (consumerSettings, error) {
 	c.IsolationLevel = sarama.ReadUncommitted
 	out := consumerSettings{addrs: addrs, cfg: cfg}
 	out.group, _ = s.Get("group.id")
-	if v, ok := s.Get("isolation.level"); ok {
-		switch v {
-		case "read_committed":
-			c.IsolationLevel = sarama.ReadCommitted
-		case "read_uncommitted":
-		default:
-			return out, bridge.Badf("isolation.level=%s: expected read_committed or read_uncommitted", v)
-		}
+	committed, err := bridge.Choice(s, "isolation.level", false, bridge.ReadCommitted)
+	if err != nil {
+		return out, err
 	}
-	if v, ok := s.Get("auto.offset.reset"); ok {
-		switch v {
-		case "earliest":
-		case "latest":
-			c.Offsets.Initial = sarama.OffsetNewest
-		default:
-			return out, bridge.Badf("auto.offset.reset=%s: expected earliest or latest", v)
-		}
+	if committed {
+		c.IsolationLevel = sarama.ReadCommitted
 	}
-	if v, ok := s.Get("enable.auto.commit"); ok {
-		c.Offsets.AutoCommit.Enable = v == "true"
+	latest, err := bridge.Choice(s, "auto.offset.reset", false, bridge.Latest)
+	if err != nil {
+		return out, err
+	}
+	if latest {
+		c.Offsets.Initial = sarama.OffsetNewest
+	}
+	if c.Offsets.AutoCommit.Enable, err = bridge.Choice(s, "enable.auto.commit", false, bridge.TrueFalse); err != nil {
+		return out, err
 	}
 	for _, err := range []error{
 		millis(s, "fetch.max.wait.ms", &c.MaxWaitTime),
@@ -178,65 +164,61 @@ func consumerConfig(s *bridge.Settings) (consumerSettings, error) {
 	return out, s.Unknown("sarama's consumer")
 }
 
-func (lib) Open(op string, r bridge.Req) (bridge.Client, error) {
-	s := bridge.NewSettings(r.Config("config"))
-	switch op {
-	case "producer":
-		addrs, cfg, err := producerConfig(s)
-		if err != nil {
-			return nil, err
-		}
-		if err := cfg.Validate(); err != nil {
-			return nil, bridge.Bad(err.Error())
-		}
-		client, err := sarama.NewClient(addrs, cfg)
-		if err != nil {
-			return nil, err
-		}
-		// A transactional producer sends InitProducerId here: sarama fences a predecessor when it is built.
-		async, err := sarama.NewAsyncProducerFromClient(client)
-		if err != nil {
-			client.Close()
-			return nil, err
-		}
-		p := &producer{client: client, async: async, deliveries: bridge.NewDeliveries()}
-		go p.outcomes()
-		return p, nil
-	case "consumer":
-		cs, err := consumerConfig(s)
-		if err != nil {
-			return nil, err
-		}
-		if err := cs.cfg.Validate(); err != nil {
-			return nil, bridge.Bad(err.Error())
-		}
-		return newConsumer(cs)
-	default: // admin
-		addrs, cfg, err := config(s)
-		if err != nil {
-			return nil, err
-		}
-		if err := s.Unknown("sarama's admin client"); err != nil {
-			return nil, err
-		}
-		admin, err := sarama.NewClusterAdmin(addrs, cfg)
-		if err != nil {
-			return nil, err
-		}
-		return &adminClient{admin}, nil
+func (lib) Producer(s *bridge.Settings) (bridge.Producer, error) {
+	addrs, cfg, err := producerConfig(s)
+	if err == nil {
+		err = validate(cfg)
 	}
+	if err != nil {
+		return nil, err
+	}
+	client, err := sarama.NewClient(addrs, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// A transactional producer sends InitProducerId here: sarama fences a predecessor when it is built.
+	async, err := sarama.NewAsyncProducerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	p := &producer{client: client, async: async, deliveries: bridge.NewDeliveries()}
+	go p.outcomes()
+	return p, nil
 }
 
-func (lib) Call(op string, r bridge.Req, c bridge.Client) (any, error) {
-	switch c := c.(type) {
-	case *producer:
-		return c.call(op, r)
-	case *consumer:
-		return c.call(op, r)
-	case *adminClient:
-		return c.call(op, r)
+func (lib) Consumer(s *bridge.Settings) (bridge.Consumer, error) {
+	cs, err := consumerConfig(s)
+	if err == nil {
+		err = validate(cs.cfg)
 	}
-	return nil, bridge.Bad("unknown client")
+	if err != nil {
+		return nil, err
+	}
+	return newConsumer(cs)
+}
+
+func (lib) Admin(s *bridge.Settings) (bridge.Admin, error) {
+	addrs, cfg, err := config(s)
+	if err == nil {
+		err = s.Unknown("sarama's admin client")
+	}
+	if err != nil {
+		return nil, err
+	}
+	admin, err := sarama.NewClusterAdmin(addrs, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &adminClient{admin}, nil
+}
+
+// validate is sarama's own check of the settings together (an idempotent producer needs acks=all, ...).
+func validate(cfg *sarama.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return bridge.Bad(err.Error())
+	}
+	return nil
 }
 
 // --- the producer ------------------------------------------------------------------------
@@ -245,7 +227,6 @@ type producer struct {
 	client     sarama.Client
 	async      sarama.AsyncProducer
 	deliveries *bridge.Deliveries
-	closed     chan struct{}
 }
 
 // outcomes writes every send's outcome as sarama reports it.
@@ -276,12 +257,7 @@ func (p *producer) Close(clean bool, timeout time.Duration) {
 		p.async.AsyncClose()
 		return
 	}
-	done := make(chan struct{})
-	go func() { p.async.Close(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(timeout):
-	}
+	bridge.Within(timeout, func() { p.async.Close() })
 	p.client.Close()
 }
 
@@ -297,51 +273,50 @@ func (p *producer) txnFailure(err error) error {
 	return &f
 }
 
-func (p *producer) call(op string, r bridge.Req) (any, error) {
-	switch op {
-	case "init_transactions":
-		if !p.async.IsTransactional() {
-			return nil, p.txnFailure(sarama.ErrNonTransactedProducer)
-		}
-		return nil, nil // done when the producer was built
-	case "begin":
-		return nil, p.txnFailure(p.async.BeginTxn())
-	case "send":
-		id := r.Int("d")
-		msg := &sarama.ProducerMessage{Topic: r.Str("topic"), Partition: int32(r.Int("partition")), Metadata: id}
-		if key := r.Bytes("key"); key != nil {
-			msg.Key = sarama.ByteEncoder(key)
-		}
-		if value := r.Bytes("value"); value != nil {
-			msg.Value = sarama.ByteEncoder(value)
-		}
-		p.deliveries.Start()
-		p.async.Input() <- msg
-		return nil, nil
-	case "flush": // sarama sends at once (Producer.Flush.Frequency 0): wait for the outcomes
-		p.deliveries.Wait(r.Seconds("timeout"))
-		return nil, nil
-	case "send_offsets":
-		cons, _ := bridge.Lookup(r, "consumer").(*consumer)
-		if cons == nil {
-			return nil, bridge.Bad("send_offsets names no open consumer")
-		}
-		offsets := map[string][]*sarama.PartitionOffsetMetadata{}
-		for tp, o := range r.Offsets("offsets") {
-			offsets[tp.Topic] = append(offsets[tp.Topic], &sarama.PartitionOffsetMetadata{Partition: tp.Partition, Offset: o})
-		}
-		return nil, p.txnFailure(p.async.AddOffsetsToTxnWithGroupMetadata(offsets, cons.groupMetadata()))
-	case "commit", "abort":
-		var err error
-		if op == "commit" {
-			err = p.async.CommitTxn() // flushes first
-		} else {
-			err = p.async.AbortTxn()
-		}
-		p.deliveries.Wait(r.Seconds("timeout")) // every outcome is out before the reply
-		return nil, p.txnFailure(err)
+// InitTransactions has nothing left to do: the producer sent InitProducerId when it was built.
+func (p *producer) InitTransactions(time.Duration) error {
+	if !p.async.IsTransactional() {
+		return p.txnFailure(sarama.ErrNonTransactedProducer)
 	}
-	return nil, bridge.Badf("unknown op %s for a producer", op)
+	return nil
+}
+
+func (p *producer) Begin() error { return p.txnFailure(p.async.BeginTxn()) }
+
+func (p *producer) Send(id int64, topic string, partition int32, key, value []byte) {
+	msg := &sarama.ProducerMessage{Topic: topic, Partition: partition, Metadata: id}
+	if key != nil {
+		msg.Key = sarama.ByteEncoder(key)
+	}
+	if value != nil {
+		msg.Value = sarama.ByteEncoder(value)
+	}
+	p.deliveries.Start()
+	p.async.Input() <- msg
+}
+
+// Flush waits for the outcomes: sarama sends at once (Producer.Flush.Frequency 0) and has no flush of its own.
+func (p *producer) Flush(timeout time.Duration) { p.deliveries.Wait(timeout) }
+
+func (p *producer) SendOffsets(c bridge.Client, offsets map[bridge.TP]int64, _ time.Duration) error {
+	byTopic := map[string][]*sarama.PartitionOffsetMetadata{}
+	for topic, parts := range bridge.GroupOffsets(offsets) {
+		for partition, offset := range parts {
+			byTopic[topic] = append(byTopic[topic], &sarama.PartitionOffsetMetadata{Partition: partition, Offset: offset})
+		}
+	}
+	return p.txnFailure(p.async.AddOffsetsToTxnWithGroupMetadata(byTopic, c.(*consumer).groupMetadata()))
+}
+
+func (p *producer) End(commit bool, timeout time.Duration) error {
+	var err error
+	if commit {
+		err = p.async.CommitTxn() // flushes first
+	} else {
+		err = p.async.AbortTxn()
+	}
+	p.deliveries.Wait(timeout) // every outcome is out before the reply
+	return p.txnFailure(err)
 }
 
 // --- the consumer --------------------------------------------------------------------------
@@ -356,13 +331,12 @@ type consumer struct {
 	client   sarama.Client
 	records  chan record
 	errs     chan error
+	reading  *bridge.Reading
 
 	mu          sync.Mutex
 	partitions  sarama.Consumer // assign mode
 	readers     map[bridge.TP]reader
 	generations map[bridge.TP]int64
-	positions   map[bridge.TP]int64
-	assigned    map[bridge.TP]bool
 	group       sarama.ConsumerGroup // subscribe mode
 	session     sarama.ConsumerGroupSession
 	stopGroup   context.CancelFunc
@@ -376,24 +350,19 @@ func newConsumer(cs consumerSettings) (*consumer, error) {
 		return nil, err
 	}
 	return &consumer{settings: cs, client: client, records: make(chan record, 1024), errs: make(chan error, 16),
-		readers: map[bridge.TP]reader{}, generations: map[bridge.TP]int64{},
-		positions: map[bridge.TP]int64{}, assigned: map[bridge.TP]bool{}}, nil
+		reading: bridge.NewReading(), readers: map[bridge.TP]reader{}, generations: map[bridge.TP]int64{}}, nil
 }
+
+func (c *consumer) Reading() *bridge.Reading { return c.reading }
 
 func (c *consumer) Close(clean bool, timeout time.Duration) {
 	if !clean {
 		c.client.Close() // no LeaveGroup, no commit: a crash
 	}
-	done := make(chan struct{})
-	go func() {
+	bridge.Within(timeout, func() {
 		c.stop()
 		c.client.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(timeout):
-	}
+	})
 }
 
 // stop ends whichever way of reading is running.
@@ -426,55 +395,6 @@ func (c *consumer) groupMetadata() *sarama.ConsumerGroupMetadata {
 		meta.GenerationID, meta.MemberID = c.session.GenerationID(), c.session.MemberID()
 	}
 	return meta
-}
-
-func (c *consumer) call(op string, r bridge.Req) (any, error) {
-	switch op {
-	case "assign":
-		return nil, c.assign(r.Partitions("partitions"), r.Offsets("offsets"), r.Seconds("timeout"))
-	case "subscribe":
-		return nil, c.subscribe(r.Strings("topics"))
-	case "poll":
-		return c.poll(int(r.Int("max")), r.Seconds("timeout"))
-	case "positions":
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		out := []any{}
-		for tp, o := range c.positions {
-			if c.assigned[tp] {
-				out = append(out, []any{tp.Topic, tp.Partition, o})
-			}
-		}
-		return out, nil
-	case "commit_offsets":
-		return nil, c.commit(r.Offsets("offsets"), r.Seconds("timeout"))
-	case "committed":
-		found, err := c.committed(r.Partitions("partitions"), r.Seconds("timeout"))
-		if err != nil {
-			return nil, err
-		}
-		out := []any{}
-		for _, tp := range r.Partitions("partitions") {
-			if o, ok := found[tp]; ok {
-				out = append(out, []any{tp.Topic, tp.Partition, o})
-			} else {
-				out = append(out, []any{tp.Topic, tp.Partition, nil})
-			}
-		}
-		return out, nil
-	case "assignment":
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		out := []any{}
-		for tp := range c.assigned {
-			out = append(out, []any{tp.Topic, tp.Partition})
-		}
-		return out, nil
-	case "seek":
-		tp := bridge.TP{Topic: r.Str("topic"), Partition: int32(r.Int("partition"))}
-		return nil, c.seek(tp, r.Int("offset"))
-	}
-	return nil, bridge.Badf("unknown op %s for a consumer", op)
 }
 
 // reader is one partition consumer and the channel that stops its forwarding into the poll queue.
@@ -524,21 +444,14 @@ func (c *consumer) read(tp bridge.TP, offset int64) error {
 	return nil
 }
 
-func (c *consumer) assign(partitions []bridge.TP, offsets map[bridge.TP]int64, timeout time.Duration) error {
+func (c *consumer) Assign(partitions []bridge.TP, offsets map[bridge.TP]int64, timeout time.Duration) error {
 	c.mu.Lock()
 	subscribed := c.group != nil
 	c.mu.Unlock()
 	if subscribed {
 		c.stop()
 	}
-	// Where the Java client starts an assigned partition: the offset given, else the group's committed one.
-	var missing []bridge.TP
-	for _, tp := range partitions {
-		if _, ok := offsets[tp]; !ok {
-			missing = append(missing, tp)
-		}
-	}
-	committed, err := c.committed(missing, timeout)
+	starts, err := bridge.StartOffsets(c, partitions, offsets, timeout)
 	if err != nil {
 		return err
 	}
@@ -553,36 +466,30 @@ func (c *consumer) assign(partitions []bridge.TP, offsets map[bridge.TP]int64, t
 		c.closeReader(tp)
 		c.generations[tp] = -1
 	}
-	c.positions, c.assigned = map[bridge.TP]int64{}, map[bridge.TP]bool{}
 	for _, tp := range partitions {
-		start := c.settings.cfg.Consumer.Offsets.Initial
-		if o, ok := offsets[tp]; ok {
-			start = o
-		} else if o, ok := committed[tp]; ok {
-			start = o
+		start, ok := starts[tp]
+		if !ok {
+			start = c.settings.cfg.Consumer.Offsets.Initial
 		}
-		if start >= 0 {
-			c.positions[tp] = start
-		}
-		c.assigned[tp] = true
 		if err := c.read(tp, start); err != nil {
 			return err
 		}
 	}
+	c.reading.Reset(partitions, starts)
 	return nil
 }
 
-func (c *consumer) seek(tp bridge.TP, offset int64) error {
+func (c *consumer) Seek(tp bridge.TP, offset int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.group != nil {
 		// A claim reads on from where the session started it; sarama has no seek for it.
 		return &bridge.Failure{Name: "SeekUnsupported", Message: "sarama's consumer group cannot seek a claimed partition"}
 	}
-	if !c.assigned[tp] {
+	if !c.reading.Holds(tp) {
 		return bridge.Badf("seek on %s-%d, which is not assigned", tp.Topic, tp.Partition)
 	}
-	c.positions[tp] = offset
+	c.reading.At(tp, offset)
 	return c.read(tp, offset)
 }
 
@@ -593,15 +500,16 @@ func (h handler) Setup(s sarama.ConsumerGroupSession) error {
 	h.c.mu.Lock()
 	defer h.c.mu.Unlock()
 	h.c.session = s
-	h.c.assigned, h.c.positions = map[bridge.TP]bool{}, map[bridge.TP]int64{}
+	var claimed []bridge.TP
 	for topic, ps := range s.Claims() {
 		for _, p := range ps {
 			tp := bridge.TP{Topic: topic, Partition: p}
-			h.c.assigned[tp] = true
+			claimed = append(claimed, tp)
 			h.c.next++
 			h.c.generations[tp] = h.c.next
 		}
 	}
+	h.c.reading.Reset(claimed, nil)
 	return nil
 }
 
@@ -609,10 +517,10 @@ func (h handler) Cleanup(sarama.ConsumerGroupSession) error {
 	h.c.mu.Lock()
 	defer h.c.mu.Unlock()
 	h.c.session = nil
-	for tp := range h.c.assigned {
+	for _, tp := range h.c.reading.Held() {
 		h.c.generations[tp] = -1
 	}
-	h.c.assigned = map[bridge.TP]bool{}
+	h.c.reading.Reset(nil, nil)
 	return nil
 }
 
@@ -638,7 +546,7 @@ func (h handler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.Consum
 	}
 }
 
-func (c *consumer) subscribe(topics []string) error {
+func (c *consumer) Subscribe(topics []string) error {
 	if c.settings.group == "" {
 		return bridge.Bad("subscribe needs group.id")
 	}
@@ -656,8 +564,8 @@ func (c *consumer) subscribe(topics []string) error {
 		defer close(done)
 		for ctx.Err() == nil {
 			if err := group.Consume(ctx, topics, handler{c}); err != nil {
-				if errors.Is(err, sarama.ErrClosedConsumerGroup) {
-					return
+				if errors.Is(err, sarama.ErrClosedConsumerGroup) || ctx.Err() != nil {
+					return // stopped: a resubscription or the close, not a failure of a poll
 				}
 				select {
 				case c.errs <- err:
@@ -681,16 +589,17 @@ func (c *consumer) subscribe(topics []string) error {
 func (c *consumer) take(rec record, out *[]any) {
 	tp := bridge.TP{Topic: rec.msg.Topic, Partition: rec.msg.Partition}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.generations[tp] != rec.generation {
+	current := c.generations[tp] == rec.generation
+	c.mu.Unlock()
+	if !current {
 		return // read before a seek or a reassignment
 	}
 	m := rec.msg
 	*out = append(*out, []any{m.Topic, m.Partition, m.Offset, bridge.B64(m.Key), bridge.B64(m.Value)})
-	c.positions[tp] = m.Offset + 1
+	c.reading.At(tp, m.Offset+1)
 }
 
-func (c *consumer) poll(maxRecords int, timeout time.Duration) (any, error) {
+func (c *consumer) Poll(maxRecords int, timeout time.Duration) ([]any, error) {
 	out := []any{}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -742,10 +651,7 @@ func (c *consumer) retrying(timeout time.Duration, fn func(*sarama.Broker) error
 	})
 }
 
-func (c *consumer) commit(offsets map[bridge.TP]int64, timeout time.Duration) error {
-	if len(offsets) == 0 {
-		return nil
-	}
+func (c *consumer) Commit(offsets map[bridge.TP]int64, timeout time.Duration) error {
 	meta := c.groupMetadata()
 	req := &sarama.OffsetCommitRequest{Version: 7, ConsumerGroup: c.settings.group,
 		ConsumerGroupGeneration: meta.GenerationID, ConsumerID: meta.MemberID}
@@ -768,16 +674,12 @@ func (c *consumer) commit(offsets map[bridge.TP]int64, timeout time.Duration) er
 	})
 }
 
-func (c *consumer) committed(partitions []bridge.TP, timeout time.Duration) (map[bridge.TP]int64, error) {
+func (c *consumer) Committed(partitions []bridge.TP, timeout time.Duration) (map[bridge.TP]int64, error) {
 	found := map[bridge.TP]int64{}
 	if len(partitions) == 0 || c.settings.group == "" {
 		return found, nil
 	}
-	byTopic := map[string][]int32{}
-	for _, tp := range partitions {
-		byTopic[tp.Topic] = append(byTopic[tp.Topic], tp.Partition)
-	}
-	req := sarama.NewOffsetFetchRequest(c.settings.cfg.Version, c.settings.group, byTopic)
+	req := sarama.NewOffsetFetchRequest(c.settings.cfg.Version, c.settings.group, bridge.GroupPartitions(partitions))
 	req.RequireStable = true
 	err := c.retrying(timeout, func(broker *sarama.Broker) error {
 		resp, err := broker.FetchOffset(req)
@@ -810,76 +712,46 @@ type adminClient struct{ admin sarama.ClusterAdmin }
 
 func (a *adminClient) Close(bool, time.Duration) { a.admin.Close() }
 
-func (a *adminClient) call(op string, r bridge.Req) (any, error) {
-	if op != "create_topics" {
-		return nil, bridge.Badf("unknown op %s for an admin client", op)
-	}
-	for _, item := range r.Partitions("topics") { // [name, partitions]: the same shape as a topic-partition
+func (a *adminClient) CreateTopics(topics []bridge.TP, _ time.Duration) error {
+	for _, item := range topics {
 		detail := &sarama.TopicDetail{NumPartitions: item.Partition, ReplicationFactor: -1} // the cluster's default
 		if err := a.admin.CreateTopic(item.Topic, detail, false); err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
-			return nil, err
+			return err
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 // --- errors ------------------------------------------------------------------------------------
 
-var fatalCodes = map[int16]bool{
-	kerr.ProducerFenced.Code: true, kerr.InvalidProducerEpoch.Code: true, kerr.OutOfOrderSequenceNumber.Code: true,
-	kerr.UnsupportedVersion.Code: true, kerr.TopicAuthorizationFailed.Code: true, kerr.GroupAuthorizationFailed.Code: true,
-	kerr.ClusterAuthorizationFailed.Code: true, kerr.TransactionalIDAuthorizationFailed.Code: true,
-	kerr.SaslAuthenticationFailed.Code: true, kerr.FencedInstanceID.Code: true,
+// clientErrors are sarama's own errors.
+var clientErrors = []bridge.ClientError{
+	{Err: sarama.ErrTransactionNotReady, Name: "ErrTransactionNotReady", Unsent: true},
+	{Err: sarama.ErrNonTransactedProducer, Name: "ErrNonTransactedProducer", Unsent: true},
+	{Err: sarama.ErrShuttingDown, Name: "ErrShuttingDown", Unsent: true},
+	{Err: sarama.ErrTxnOffsetCommit, Name: "ErrTxnOffsetCommit"},
+	{Err: sarama.ErrOutOfBrokers, Name: "ErrOutOfBrokers", Retriable: true},
+	{Err: sarama.ErrNotConnected, Name: "ErrNotConnected", Retriable: true},
+	{Err: sarama.ErrClosedClient, Name: "ErrClosedClient"},
+	{Err: sarama.ErrClosedConsumerGroup, Name: "ErrClosedConsumerGroup"},
 }
 
-// clientErrors names sarama's own errors, and says whether the record of a failed send never left the client.
-var clientErrors = []struct {
-	err       error
-	name      string
-	retriable bool
-	unsent    bool
-}{
-	{sarama.ErrTransactionNotReady, "ErrTransactionNotReady", false, true},
-	{sarama.ErrNonTransactedProducer, "ErrNonTransactedProducer", false, true},
-	{sarama.ErrShuttingDown, "ErrShuttingDown", false, true},
-	{sarama.ErrTxnOffsetCommit, "ErrTxnOffsetCommit", false, false},
-	{sarama.ErrOutOfBrokers, "ErrOutOfBrokers", true, false},
-	{sarama.ErrNotConnected, "ErrNotConnected", true, false},
-	{sarama.ErrClosedClient, "ErrClosedClient", false, false},
-	{sarama.ErrClosedConsumerGroup, "ErrClosedConsumerGroup", false, false},
-	{context.DeadlineExceeded, "DeadlineExceeded", true, false},
-}
-
-// classify is the workload's reading of a sarama error (docs/workload.md, "Errors"): a Kafka
-// error code by Kafka's name for it, sarama's own errors by their Go names.
-func classify(err error, enqueued bool) bridge.Failure {
-	f := bridge.Failure{Enqueued: enqueued, Message: err.Error()}
+// kafkaCode finds the Kafka error code sarama wraps.
+func kafkaCode(err error) (int16, bool) {
 	var code sarama.KError
-	var config sarama.ConfigurationError
-	switch {
-	case errors.As(err, &code):
-		if ke, ok := kerr.ErrorForCode(int16(code)).(*kerr.Error); ok {
-			f.Name, f.Retriable = ke.Message, ke.Retriable
-		} else {
-			f.Name = "KError" + strconv.Itoa(int(code))
-		}
-		f.Fatal = fatalCodes[int16(code)]
-	case errors.As(err, &config):
-		f.Name, f.Enqueued = "ConfigurationError", false
-	default:
-		f.Name = "SaramaError"
-		for _, known := range clientErrors {
-			if errors.Is(err, known.err) {
-				f.Name, f.Retriable = known.name, known.retriable
-				if known.unsent {
-					f.Enqueued = false
-				}
-				break
-			}
-		}
+	if errors.As(err, &code) {
+		return int16(code), true
 	}
-	f.Abort = !f.Fatal && !f.Retriable
-	return f
+	return 0, false
+}
+
+// classify is the workload's reading of a sarama error (docs/workload.md, "Errors").
+func classify(err error, enqueued bool) bridge.Failure {
+	var config sarama.ConfigurationError
+	if errors.As(err, &config) { // a record the producer refused to send (too large, ...)
+		return bridge.Failure{Name: "ConfigurationError", Abort: true, Message: err.Error()}
+	}
+	return bridge.Classify(err, enqueued, kafkaCode, clientErrors, "SaramaError")
 }
 
 func (lib) Failure(err error, enqueued bool) bridge.Failure { return classify(err, enqueued) }
