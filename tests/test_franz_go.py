@@ -7,10 +7,11 @@ KIP-848 groups, static members), each level committing its input offsets in
 its transactions. The binary is franz-go's `go test -c` of pkg/kgo, from the
 cache `make test` fills (tests/fixtures/franz_go.py).
 
-In the default suite, two short runs (500 records, the `range` subtests: one
-classic and one KIP-848 group) on the session's Kafka, in this process, so
-the analysis uses the worker's warm Spark: rule-free, and under the
-torn-transaction rule, which transaction version 2 fences. The full runs
+The default suite has two short runs (500 records, the `range` subtests:
+one classic and one KIP-848 group) in tests/test_kafka_live.py, on the
+session's Kafka, in the test's process, so the analysis uses the worker's
+warm Spark: rule-free, and under the torn-transaction rule, which
+transaction version 2 fences; they use `quick_txn_etl` below. The full runs
 (2000 records, all six subtests, and transaction version 0, on a broker of
 their own) are slow-marked: two to six minutes each, most of it the analysis.
 
@@ -164,22 +165,6 @@ def assert_fenced(run: Run) -> None:
     assert stale_cases > 0 and run.verdict.causes["stale-end-txn"] == {f"rule:{RULE}": stale_cases}
     assert not set(TEAR) & set(run.verdict.anomalies)
     assert run.verdict.by_rule == {RULE: {"stale-end-txn": stale_cases}}
-
-
-def test_a_passing_txn_etl_is_valid(kgo_test_binary: Path, kafka_broker, spark, tmp_path: Path):
-    run = quick_txn_etl(kgo_test_binary, kafka_broker.bootstrap, tmp_path / "out")
-    assert run.command_returncode == 0, run.output[-3000:]
-    assert run.verdict.by_rule == {}
-    assert set(run.requests["end_txn"]) == {5} and set(run.requests["txn_offset_commit"]) == {6}
-    assert_valid_with_deleted_output_set_aside(run)
-
-
-def test_transaction_version_2_fences_the_stale_commits_of_txn_etl(kgo_test_binary: Path, kafka_broker, spark,
-                                                                     tmp_path: Path):
-    run = quick_txn_etl(kgo_test_binary, kafka_broker.bootstrap, tmp_path / "out", rules=RULES)
-    assert run.command_returncode == 0, run.output[-3000:]
-    assert_fenced(run)
-    assert_valid_with_deleted_output_set_aside(run)
 
 
 @pytest.mark.slow

@@ -36,6 +36,8 @@ from kproxy.workload.history import read_history, validate_history
 from kproxy.workload.runner import run_workload
 from tests.fixtures.broker import create_topic
 from tests.scenario_clients import fates, hazards, read_partition, send, trace_events, transactional_producer, wire_log
+from tests.test_franz_go import RULES as TORN_RULES
+from tests.test_franz_go import assert_fenced, assert_valid_with_deleted_output_set_aside, quick_txn_etl
 from tests.test_workload import check_history, final_reads_cover_every_acknowledged_send
 
 RULES = str(Path(__file__).parent.parent / "rules" / "torn-transaction.yaml")
@@ -310,6 +312,29 @@ def test_the_analysis_blames_the_rule_for_a_torn_transaction_on_kafka(kafka_brok
     assert impact.get((RULE_ID, "torn-transaction"), 0) >= 1
     accepted = [c for c in report["anomalies"]["stale-end-txn"] if c["response_error_code"] == 0]
     assert accepted, "Kafka accepted no stale commit"
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(400)
+def test_a_passing_txn_etl_is_valid(kgo_test_binary: Path, kafka_broker: KafkaBroker, spark, tmp_path: Path):
+    """franz-go's own exactly-once test (tests/test_franz_go.py), short, rule-free: valid, with the output it
+    deleted unread set aside."""
+    run = quick_txn_etl(kgo_test_binary, kafka_broker.bootstrap, tmp_path / "out")
+    assert run.command_returncode == 0, run.output[-3000:]
+    assert run.verdict.by_rule == {}
+    assert set(run.requests["end_txn"]) == {5} and set(run.requests["txn_offset_commit"]) == {6}
+    assert_valid_with_deleted_output_set_aside(run)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(400)
+def test_transaction_version_2_fences_the_stale_commits_of_txn_etl(kgo_test_binary: Path, kafka_broker: KafkaBroker,
+                                                                     spark, tmp_path: Path):
+    """The same under the torn-transaction rule: Kafka fences every stale copy, nothing is torn."""
+    run = quick_txn_etl(kgo_test_binary, kafka_broker.bootstrap, tmp_path / "out", rules=TORN_RULES)
+    assert run.command_returncode == 0, run.output[-3000:]
+    assert_fenced(run)
+    assert_valid_with_deleted_output_set_aside(run)
 
 
 def test_sigterm_while_kafka_starts_stops_what_was_started(tmp_path: Path) -> None:
