@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "history": ("kproxy.cli.history", "history", "Work with client histories (import Jepsen EDN histories)."),
     "trace": ("kproxy.cli.trace", "trace", "Work with trace files (export them as JSON Lines for jq)."),
     "analyze": ("kproxy.cli.analyze", "analyze", "Check a history (and traces) with Spark; write report.json and report.html."),
+    "engine": ("kproxy.cli.engine", "engine", "Keep a warm Spark engine running for repeated analyses (start, stop, status)."),
     "soak": ("kproxy.cli.soak", "soak", "Soak a proxy under load and rotating faults; check every request's outcome."),
     "demo": ("kproxy.cli.demo", "demo", "Broker, proxy, scenario rules, workload and analysis in one command."),
     "shrink": ("kproxy.cli.shrink", "shrink", "Shrink a failing run to the smallest rules and workload that still show its anomaly."),

@@ -90,9 +90,12 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, settings: tuple[st
               help="Infer write-write dependencies from offsets, as Jepsen's --ww-deps: a G0 needs them, and with "
                    "them a G1c of the form T1 <ww T2 <wr T1 is normal Kafka behaviour (tolerated); without them "
                    "only wr edges are searched and any G1c is an error. The report's stats.ww_deps says which.")
+@click.option("--engine/--no-engine", "use_engine", default=True, show_default=True,
+              help="Analyse in the warm engine when one runs (kproxy engine start) and neither --master nor "
+                   "--conf is given; --no-engine starts Spark here anyway.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr and no summary on stdout.")
 def analyze(history: str | None, traces: str | None, out: str, master: str, spark_conf: dict[str, str],
-            isolation: str, ww_deps: bool, quiet: bool) -> None:
+            isolation: str, ww_deps: bool, use_engine: bool, quiet: bool) -> None:
     """Check a client history, and with --traces correlate it with the
     proxy's wire traces, using Spark; write report.json and report.html to
     --out and print a short summary. With --traces and no --history, check
@@ -135,12 +138,22 @@ def analyze(history: str | None, traces: str | None, out: str, master: str, spar
         click.echo(f"error: the analysis dependencies do not import: {exc}; reinstall them: "
                    f"pip install --force-reinstall 'kproxy[analysis]'", err=True)
         sys.exit(EXIT_USAGE)
+    from kproxy.engine.client import EngineError, EngineInputError, analyze_if_running
+
     try:
-        report = run_analysis(history, traces, out, master=master, isolation=isolation, progress=progress,
-                              ww_deps=ww_deps, spark_conf=spark_conf)
-    except (InputError, FileNotFoundError, ClusterSetupError) as exc:
+        report = None
+        if use_engine and master == "local[*]" and not spark_conf:
+            report = analyze_if_running({"history": history, "traces": traces, "out": out, "isolation": isolation,
+                                         "ww_deps": ww_deps}, progress)
+        if report is None:
+            report = run_analysis(history, traces, out, master=master, isolation=isolation, progress=progress,
+                                  ww_deps=ww_deps, spark_conf=spark_conf)
+    except (InputError, FileNotFoundError, ClusterSetupError, EngineInputError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
+    except EngineError as exc:
+        click.echo(f"internal error: the engine: {exc}", err=True)
+        sys.exit(EXIT_INTERNAL)
     except Exception as exc:  # noqa: BLE001 - any other failure is ours: exit 3, not a traceback and 1
         click.echo(f"internal error: {type(exc).__name__}: {exc}", err=True)
         sys.exit(EXIT_INTERNAL)

@@ -42,8 +42,20 @@ def judge(traces: Path | str, out_dir: Path | str, *, master: str = "local[*]", 
           progress: Progress = _quiet, spark: Any = None, spark_conf: Mapping[str, str] | None = None) -> dict:
     """Analyse the trace in `traces` with no client history; write report.json and report.html to
     `out_dir` and return the report (kproxy_spark.jobs.analyze, whose errors it raises)."""
-    from kproxy_spark.jobs import analyze
+    from kproxy_spark.jobs import InputError, analyze
 
+    if spark is None and master == "local[*]":
+        # A warm engine (kproxy engine start) answers in seconds what a Spark of our own takes a minute for;
+        # its own settings apply.
+        from kproxy.engine.client import EngineInputError, analyze_if_running
+
+        try:
+            report = analyze_if_running({"history": None, "traces": str(traces), "out": str(out_dir),
+                                         "isolation": isolation}, progress)
+        except EngineInputError as exc:
+            raise InputError(str(exc)) from None
+        if report is not None:
+            return report
     return analyze(None, str(traces), str(out_dir), master=master, isolation=isolation, progress=progress,
                    spark=spark, spark_conf=dict(spark_conf) if spark_conf else None)
 
