@@ -1,6 +1,12 @@
 """Shared test set-up. Fixture modules live in tests/fixtures/ and are all loaded here."""
 
+import os
+import tempfile
 from pathlib import Path
+
+# A warm engine the user left running (kproxy engine start) must not answer the suite's analyses: they
+# would run with its settings and its code. The suite's own engine test names a directory of its own.
+os.environ["KPROXY_ENGINE_DIR"] = tempfile.mkdtemp(prefix="kproxy-tests-engine-")
 
 pytest_plugins = sorted(
     f"tests.fixtures.{p.stem}"
@@ -11,8 +17,8 @@ pytest_plugins = sorted(
 #: Files whose tests take minutes, longest first. scripts/run-tests.sh splits
 #: the suite by file over two workers, and the run ends when the longer queue
 #: does: started first, these files are not left to run alone at the end.
-LONGEST_FIRST = ("test_scenarios_e2e.py", "test_install.py", "test_shrink.py", "test_spark_standalone.py",
-                 "test_wire_causes.py", "test_kafka_live.py", "test_wire_checks.py")
+LONGEST_FIRST = ("test_scenarios_e2e.py", "test_kafka_live.py", "test_install.py", "test_shrink.py",
+                 "test_spark_standalone.py", "test_engine.py", "test_wire_causes.py", "test_wire_checks.py")
 
 
 def pytest_collection_modifyitems(items) -> None:  # noqa: ANN001 - pytest's hook

@@ -17,7 +17,8 @@ from kproxy.workload.config import CLIENTS, WorkloadConfig
 @click.option("--history", "history_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Write the history here (JSON Lines, see docs/history.md); overwritten.")
 @click.option("--client", type=click.Choice(CLIENTS), default="confluent-kafka", show_default=True,
-              help="Client library every process uses.")
+              help="Client library every process uses (docs/workload.md); franz-go and sarama are built with Go "
+                   "on first use.")
 @click.option("--duration", type=float, default=None, metavar="SECONDS",
               help="Stop starting operations after this long. Default: 10 s unless --ops is given.")
 @click.option("--ops", type=click.IntRange(min=1), default=None,
