@@ -159,3 +159,38 @@ def test_the_page_draws_the_stories_and_cycles_and_says_how_many_of_how_many():
     assert "Drawn: 1 of 2 cases (case 1)." in page and "Drawn: 3 of 5 cases (cases 1, 2, 3)." in page
     # The torn transaction, an error, comes before G0's section, which is informational.
     assert page.index("<h2 id='torn-transaction'>") < page.index("<h2 id='G0'>")
+
+
+def test_a_broker_diagnosis_shows_the_fetch_response_and_what_the_client_did_with_it():
+    aborted = {"key": 7, "value": 1, "topic": "t", "partition": 0, "offset": 0, "status": "ok", "error": 0,
+               "fate": "aborted", "log_fate": "aborted", "decided_by": [1, 3, 0], "marker": {"offset": 1,
+                                                                                          "control": "abort"}}
+    story = {
+        "produces": [
+            {"conn_id": 1, "correlation_id": 1, "copy": 0, "mono_ns": 1_000_000, "delivery_ns": 1_000_000,
+             "response_ns": 2_000_000, "transactional_id": "tx-0", "producer_id": 1000, "txn_client": 1,
+             "txn_broker": 1, "hazard": None, "rule": None, "action": None, "records": [aborted]},
+            {"conn_id": 1, "correlation_id": 2, "copy": 0, "mono_ns": 2_500_000, "delivery_ns": 2_500_000,
+             "response_ns": 2_600_000, "transactional_id": "tx-0", "producer_id": 1000, "txn_client": 1,
+             "txn_broker": 1, "hazard": None, "rule": None, "action": None,
+             "records": [dict(aborted, value=2, offset=None, status="error", error=47, fate=None, log_fate=None,
+                              decided_by=None, marker=None)]},
+        ],
+        "end_txns": [{"conn_id": 1, "correlation_id": 3, "copy": 0, "mono_ns": 3_000_000, "delivery_ns": 3_000_000,
+                      "response_ns": 4_000_000, "transactional_id": "tx-0", "txn_client": 1, "txn_broker": 1,
+                      "end_txn_commit": False, "hazard": None, "rule": None, "action": None, "delivered": True,
+                      "response_error_code": 0}],
+        "fetches": [{"conn_id": 2, "correlation_id": 1, "mono_ns": 15_000_000, "latency_ms": 2.0, "client_id": "c-0",
+                     "rule": None, "action": None, "topic": "t", "partition": 0, "last_stable_offset": 100,
+                     "aborted_transactions": [], "records": [
+                         {"offset": 0, "key": 7, "value": 1, "control": None, "producer_id": 1000,
+                          "listed_aborted": False},
+                         {"offset": 1, "key": None, "value": None, "control": "abort", "producer_id": 1000,
+                          "listed_aborted": False}]}],
+    }
+    texts = _texts(sequence_svg(story, "G1a, case 1"))
+    assert "Fetch response (conn 2, corr 1) t[0] @0..0" in texts
+    assert "last stable offset 100; aborted list: empty" in texts
+    assert "serves aborted [7,1] with no aborted-list entry: the client keeps it" in texts
+    assert "aborts [7,1]" in texts and "ABORT marker t[0] @1" in texts
+    assert "Produce answer: no offset, INVALID_PRODUCER_EPOCH" in texts

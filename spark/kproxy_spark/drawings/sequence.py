@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kproxy_spark.drawings import svg
+from kproxy_spark.wire.phrases import error as error_name
 
 #: Delivered within this of its arrival: drawn in one row with it.
 SAME_ROW_NS = 2_000_000
@@ -105,7 +106,7 @@ def _end_rows(end: Mapping[str, Any], story: Mapping[str, Any]) -> list[Row]:
         rows.append(Row(delivery, 1, "proxy", "broker", ["delivered late,", inside], colour, notes=notes, key=key))
     if end.get("response_ns") is not None:
         error = end.get("response_error_code")
-        answer = "ok" if not error else f"error {error}"
+        answer = "ok" if not error else error_name(error)
         if end.get("copy"):
             rows.append(Row(end["response_ns"], 2, "broker", "proxy", [f"{answer} (the proxy discards it)"], svg.GREY,
                             dashed=True))
@@ -143,7 +144,7 @@ def _produce_rows(p: Mapping[str, Any]) -> list[Row]:
         offsets = [r.get("offset") for r in records if r.get("offset") is not None]
         errors = sorted({r.get("error") for r in records if r.get("error")})
         answer = (f"offsets {', '.join(map(str, offsets))}" if offsets else "no offset") + (
-            f", errors {', '.join(map(str, errors))}" if errors else "")
+            f", {', '.join(error_name(e) for e in errors)}" if errors else "")
         rows.append(Row(p["response_ns"], 2, "broker", "proxy" if p.get("copy") else "client",
                         [f"Produce answer: {answer}"], svg.GREY, dashed=bool(p.get("copy")),
                         via_proxy=not p.get("copy")))
