@@ -2,42 +2,66 @@
 """Which Apache Kafka versions and clients still tear a transaction, and does `--guard` protect them?
 
 Runs `kproxy demo`'s scenario runner against real Kafka clusters, one cell
-per (broker configuration, client, scenario, guard), and writes one JSON line
-per cell plus a Markdown table (docs/kafka-versions.md is written from it).
+per (broker configuration, client, scenario, guard, seed), and appends one
+JSON line per cell to OUT/cells.jsonl; `--table` prints docs/kafka-versions.md's
+tables from it.
 
-    scripts/kafka-matrix.py --out matrix-out            # the full matrix
-    scripts/kafka-matrix.py --brokers 4.4.0:tv2 --clients java --scenarios torn-transaction
+    scripts/kafka-matrix.py --out matrix-out            # the full matrix, most telling cells first
+    scripts/kafka-matrix.py --brokers 4.4.0:tv2 --clients franz-go,sarama --scenarios torn-transaction
+    scripts/kafka-matrix.py --out matrix-out --table    # the Markdown tables
 
 A broker configuration is VERSION or VERSION:tvN (transaction.version N,
 4.x only; plain VERSION is the version's default: 2 on 4.x). Each cluster is
-a single KRaft node started once for all its cells; every cell uses fresh
-topics and transactional ids. The Java client is kafka-clients at the
-default version (kproxy.kafka.jars.DEFAULT_VERSION) against every broker.
+a single KRaft node, started once per run of consecutive cells on it; every
+cell uses fresh topics and transactional ids. The Java client is
+kafka-clients at the default version (kproxy.kafka.jars.DEFAULT_VERSION)
+against every broker.
+
+Cells run in order of what they tell: torn-transaction on the first broker
+rows (4.4.0 with transaction version 2 and 0) for every client, with and
+without the guard; then the other rows; then the torn-transaction cells'
+further seeds (`--seeds`); then the other scenarios. A cell already in
+OUT/cells.jsonl is skipped, so an interrupted run resumes where it stopped;
+`--stop-at` starts no cell after a given UTC time. Each cell keeps, from its
+trace (scripts/matrix_wire.py), the versions of the transactional requests
+the client sent and whether its epoch moved at each commit, the broker's
+answers to the rule's copies, and the analysis's findings with their causes.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import datetime
+import importlib.metadata
 import json
+import os
+import re
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-# The checkout's kproxy (repository root) and kproxy_spark (spark/).
+# The checkout's kproxy (repository root), kproxy_spark (spark/) and matrix_wire (this folder).
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "spark")]
+sys.path[:0] = [str(ROOT), str(ROOT / "spark"), str(Path(__file__).resolve().parent)]
 
-from kproxy.demo import run_demo  # noqa: E402
-from kproxy.kafka.kraft import start_cluster  # noqa: E402
-from kproxy.protocol.errors import error_name  # noqa: E402
+from matrix_wire import FENCING_ERRORS, read_cell, speaks_tv2, why
 
-BROKERS = ["3.6.2", "3.9.1", "4.4.0:tv2", "4.4.0:tv0"]
-CLIENTS = ["confluent-kafka", "kafka-python", "java"]
-SCENARIOS = ["torn-transaction", "late-produce", "healthy"]
+from kproxy.demo import run_demo
+from kproxy.kafka.kraft import start_cluster
+
+BROKERS = ["4.4.0:tv2", "4.4.0:tv0", "3.6.2", "3.9.1"]
+CLIENTS = ["java", "franz-go", "confluent-kafka", "kafka-python", "sarama", "aiokafka"]
+SCENARIOS = ["torn-transaction", "stale-abort", "late-produce", "healthy"]
+TORN = "torn-transaction"
 WATCHED = ["torn-transaction", "client-outcome-mismatch", "G1a", "lost-write", "duplicate", "poll-skip",
-           "stale-end-txn", "late-produce", "broker-aborted-read"]
+           "precommitted-read", "stale-end-txn", "late-produce", "broker-aborted-read"]
+# What a torn or thrown-away transaction shows as; a guarded cell with none of these is whole.
+DAMAGE = ["torn-transaction", "client-outcome-mismatch", "G1a", "lost-write", "precommitted-read"]
+CLIENT_NAMES = {"java": "Java", "franz-go": "franz-go", "confluent-kafka": "librdkafka (confluent-kafka)",
+                "kafka-python": "kafka-python", "sarama": "Sarama", "aiokafka": "aiokafka"}
 
 
 def parse_broker(spec: str) -> tuple[str, int | str | None]:
@@ -45,9 +69,25 @@ def parse_broker(spec: str) -> tuple[str, int | str | None]:
     return version, (int(tv) if tv else "default")
 
 
+def client_version(client: str) -> str:
+    """The library version a cell's client ran, as installed or pinned here."""
+    if client == "java":
+        from kproxy.workload.clients.java import client_version as java_version
+
+        return java_version()
+    if client in ("franz-go", "sarama"):
+        module = {"franz-go": "github.com/twmb/franz-go", "sarama": "github.com/IBM/sarama"}[client]
+        go_mod = (ROOT / "kproxy/workload/clients/go_bridge/go.mod").read_text()
+        found = re.search(rf"^\s*{re.escape(module)} (v\S+)", go_mod, re.MULTILINE)
+        return found.group(1) if found else "?"
+    return importlib.metadata.version(client)
+
+
 def client_errors(history: Path) -> dict[str, int]:
     """Errors the clients reported (fail and info completions), by name, aborts on purpose left out."""
     out: collections.Counter[str] = collections.Counter()
+    if not history.is_file():
+        return {}
     with open(history) as lines:
         for line in lines:
             op = json.loads(line)
@@ -56,79 +96,35 @@ def client_errors(history: Path) -> dict[str, int]:
     return dict(out.most_common(4))
 
 
-def copy_answers(cell_dir: Path) -> dict[str, collections.Counter]:
-    """How the broker answered each rule copy (EndTxn, Produce), from the cell's trace.
-
-    A refused copy never reached the broker (the guard). A Produce copy the
-    broker answered with no error and the original's base offset was
-    deduplicated by idempotence, not appended again.
-    """
-    from kproxy.obs.trace_files import iter_trace_events
-
-    out = {"end_txn": collections.Counter(), "produce": collections.Counter()}
-    traces = cell_dir / "traces"
-    if not traces.is_dir():
-        return out
-    events = [e for e in iter_trace_events(traces, records=False) if e.get("api") in out]
-    originals = {(e["conn_id"], e["correlation_id"]): e for e in events
-                 if e.get("direction") == "response" and not e.get("copy")}
-    answers = {(e["conn_id"], e["correlation_id"], e.get("copy")): e for e in events
-               if e.get("direction") == "response" and e.get("copy")}
-    for e in events:
-        if e.get("direction") != "request" or not e.get("copy"):
-            continue
-        if e.get("outcome") == "refused":
-            out[e["api"]]["refused by the guard"] += 1
-            continue
-        reply = answers.get((e["conn_id"], e["correlation_id"], e.get("copy")))
-        if reply is None:
-            out[e["api"]][f"no answer ({e.get('outcome')})"] += 1
-            continue
-        codes = [p.get("error_code") for p in reply.get("partitions") or []] or [reply.get("error_code")]
-        errors = sorted({error_name(c) for c in codes if c})
-        if errors:
-            out[e["api"]][" ".join(errors)] += 1
-        elif e["api"] == "produce":
-            original = originals.get((e["conn_id"], e["correlation_id"]))
-            base = [p.get("base_offset") for p in reply.get("partitions") or []]
-            first = [p.get("base_offset") for p in (original or {}).get("partitions") or []]
-            out[e["api"]]["accepted as a duplicate (original's offset)" if original and base == first
-                          else "accepted and appended"] += 1
-        else:
-            out[e["api"]]["accepted (NONE)"] += 1
-    return out
+def cell_key(cell: dict[str, Any]) -> tuple:
+    return (cell["broker"], cell["client"], cell["scenario"], bool(cell["guard"]), int(cell.get("seed", 1)))
 
 
-def _fmt(counter: dict[str, int]) -> str:
-    return ", ".join(f"{k} {v}" for k, v in sorted(counter.items(), key=lambda kv: -kv[1])) or "-"
+def cell_name(key: tuple) -> str:
+    broker, client, scenario, guard, seed = key
+    return f"{broker.replace(':', '-')}_{client}_{scenario}{'_guard' if guard else ''}_s{seed}"
 
 
-def table(results: Path) -> str:
-    """The Markdown table of docs/kafka-versions.md, from a run's cells.jsonl."""
-    rows = ["| Kafka | TV | client | scenario | guard | errors found (cases) | stale EndTxn copies: broker's answer | "
-            "late Produce copies: broker's answer | attributed to the rule | client errors | report |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for line in results.read_text().splitlines():
-        cell = json.loads(line)
-        tv = cell.get("transaction_version")
-        head = (f"| {cell['kafka']} | {'-' if tv is None else tv} | {cell['client']} | {cell['scenario']} | "
-                f"{'on' if cell['guard'] else 'off'} |")
-        if "failed" in cell:
-            rows.append(f"{head} could not run: {cell['failed'][:200]} | | | | | | |")
-            continue
-        report = Path(cell["report"])
-        counts = json.loads(report.read_text()).get("counts", {})
-        found = ", ".join(f"{name} {counts.get(name, '?')}" for name in cell["errors"]) or "none (valid)"
-        answers = copy_answers(report.parent)
-        rows.append(f"{head} {found} | {_fmt(answers['end_txn'])} | {_fmt(answers['produce'])} | "
-                    f"{'; '.join(cell['attributed']) or '-'} | {_fmt(cell['client_errors'])} | "
-                    f"`{report.parent.name}/report.json` |")
-    return "\n".join(rows) + "\n"
+def plan(brokers: list[str], clients: list[str], scenarios: list[str], guards: list[bool],
+         seeds: list[int]) -> list[tuple]:
+    """Every cell, most telling first (see the module's docstring)."""
+    cells = []
+    for b, broker in enumerate(brokers):
+        for c, client in enumerate(clients):
+            for s, scenario in enumerate(scenarios):
+                for seed in (seeds if scenario == TORN else seeds[:1]):
+                    for guard in guards:
+                        if scenario == TORN:
+                            phase = 0 if seed == seeds[0] else 1
+                        else:
+                            # The rule-free control under the guard (nothing to refuse) comes last.
+                            phase = 3 if scenario == "healthy" and guard else 2
+                        cells.append(((phase, b, s, seed, c, guard), (broker, client, scenario, guard, seed)))
+    return [key for _, key in sorted(cells)]
 
 
 def run_cell(bootstrap: str, out_dir: Path, client: str, scenario: str, guard: bool, seed: int,
-             duration: float, spark) -> dict:  # noqa: ANN001
-    started = time.monotonic()
+             duration: float, spark) -> dict:
     result = run_demo(scenario, out_dir, guard=guard, seed=seed, duration=duration, bootstrap=bootstrap,
                       client=client, spark=spark, progress=False, say=lambda _: None)
     report = result.report
@@ -139,9 +135,7 @@ def run_cell(bootstrap: str, out_dir: Path, client: str, scenario: str, guard: b
         "errors": report.get("errors", []),
         "counts": {k: counts.get(k, 0) for k in WATCHED},
         "attributed": sorted({f"{i['anomaly']}: {i['cases']}" for i in impact if i.get("cases")}),
-        "client_errors": client_errors(out_dir / "history.jsonl"),
-        "report": str(out_dir / "report.json"),
-        "seconds": round(time.monotonic() - started, 1),
+        **read_cell(out_dir, report),
     }
 
 
@@ -151,54 +145,204 @@ def main() -> int:
     parser.add_argument("--clients", default=",".join(CLIENTS))
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--guard", choices=["both", "off", "on"], default="both")
+    parser.add_argument("--seeds", default="1,2,3", help="seeds of the torn-transaction cells; the others run the first")
     parser.add_argument("--duration", type=float, default=8.0, help="workload seconds per cell")
-    parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("matrix-out"))
-    parser.add_argument("--table", action="store_true", help="only print the Markdown table of OUT/cells.jsonl")
+    parser.add_argument("--stop-at", help="UTC time HH:MM after which no cell starts (the one running finishes)")
+    parser.add_argument("--table", action="store_true", help="only print the Markdown tables of OUT/cells.jsonl")
     args = parser.parse_args()
+    results = args.out / "cells.jsonl"
     if args.table:
-        print(table(args.out / "cells.jsonl"), end="")
+        print(tables([json.loads(line) for line in results.read_text().splitlines() if line.strip()]), end="")
         return 0
 
-    # SIGTERM unwinds like Ctrl-C, so the proxy and the Kafka nodes of the cell in progress are stopped.
+    guards = {"both": [False, True], "off": [False], "on": [True]}[args.guard]
+    cells = plan(args.brokers.split(","), args.clients.split(","), args.scenarios.split(","), guards,
+                 [int(s) for s in args.seeds.split(",")])
+    done = set()
+    if results.is_file():
+        done = {cell_key(json.loads(line)) for line in results.read_text().splitlines() if line.strip()}
+    todo = [key for key in cells if key not in done]
+    stop_at = None
+    if args.stop_at:
+        hour, minute = map(int, args.stop_at.split(":"))
+        now = datetime.datetime.now(datetime.UTC)
+        stop_at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    say = lambda text: print(text, file=sys.stderr, flush=True)
+    say(f"{len(todo)} cells to run ({len(cells) - len(todo)} of {len(cells)} already in {results})")
+    if not todo:
+        return 0
+
+    # SIGTERM unwinds like Ctrl-C, so the proxy and the Kafka node of the cell in progress are stopped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     from kproxy_spark.session import get_session
 
     spark = get_session(master="local[2]", app_name="kproxy-kafka-matrix",
                         conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
     args.out.mkdir(parents=True, exist_ok=True)
-    results = args.out / "cells.jsonl"
-    guards = {"both": [False, True], "off": [False], "on": [True]}[args.guard]
     began = time.monotonic()
-    for spec in args.brokers.split(","):
-        version, tv = parse_broker(spec)
-        cluster = start_cluster(version, transaction_version=tv, work_dir=args.out / f"kafka-{spec.replace(':', '-')}",
-                                say=lambda text: print(text, file=sys.stderr, flush=True))
-        try:
-            for client in args.clients.split(","):
-                for scenario in args.scenarios.split(","):
-                    # The rule-free control runs without the guard only: it has nothing to refuse.
-                    for guard in (guards if scenario != "healthy" or args.guard == "on" else [False]):
-                        name = f"{spec.replace(':', '-')}_{client}_{scenario}{'_guard' if guard else ''}"
-                        cell = {"broker": spec, "kafka": cluster.version,
-                                "transaction_version": cluster.transaction_version, "client": client,
-                                "scenario": scenario, "guard": guard}
-                        try:
-                            cell.update(run_cell(cluster.bootstrap, args.out / name, client, scenario, guard,
-                                                 args.seed, args.duration, spark))
-                        except Exception as exc:  # a cell that cannot run is a finding too; say why
-                            cell["failed"] = f"{type(exc).__name__}: {exc}"
-                        with open(results, "a") as out:
-                            out.write(json.dumps(cell) + "\n")
-                        answers = copy_answers(args.out / name)
-                        print(f"{name}: {cell.get('errors', cell.get('failed'))} end_txn copies "
-                              f"{_fmt(answers['end_txn'])}; produce copies {_fmt(answers['produce'])} "
-                              f"({cell.get('seconds')} s)", file=sys.stderr, flush=True)
-        finally:
+    cluster, cluster_spec = None, None
+    try:
+        for n, key in enumerate(todo, 1):
+            if stop_at is not None and datetime.datetime.now(datetime.UTC) >= stop_at:
+                say(f"stopping at {args.stop_at} UTC: {len(todo) - n + 1} cells not run")
+                break
+            broker, client, scenario, guard, seed = key
+            if broker != cluster_spec:
+                if cluster is not None:
+                    cluster.stop()
+                    cluster = None
+                version, tv = parse_broker(broker)
+                cluster_spec = broker
+                cluster = start_cluster(version, transaction_version=tv,
+                                        work_dir=args.out / f"kafka-{broker.replace(':', '-')}", say=say)
+            name = cell_name(key)
+            cell: dict[str, Any] = {
+                "broker": broker, "kafka": cluster.version, "transaction_version": cluster.transaction_version,
+                "client": client, "client_version": client_version(client), "scenario": scenario, "guard": guard,
+                "seed": seed, "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "load_start": round(os.getloadavg()[0], 1),
+            }
+            started = time.monotonic()
+            try:
+                cell.update(run_cell(cluster.bootstrap, args.out / name, client, scenario, guard, seed,
+                                     args.duration, spark))
+            except Exception as exc:  # noqa: BLE001 - a cell that cannot run is a finding too; say why
+                cell["failed"] = f"{type(exc).__name__}: {exc}"
+            cell["client_errors"] = client_errors(args.out / name / "history.jsonl")
+            cell["report"] = f"{name}/report.json"
+            cell["seconds"] = round(time.monotonic() - started, 1)
+            cell["load_end"] = round(os.getloadavg()[0], 1)
+            with open(results, "a") as out:
+                out.write(json.dumps(cell) + "\n")
+            say(f"[{n}/{len(todo)}] {name}: {cell.get('errors', cell.get('failed'))}; "
+                f"{why(cell.get('wire', {}))}; copies {cell.get('copies')} "
+                f"({cell['seconds']} s, load {cell['load_start']}-{cell['load_end']})")
+    finally:
+        if cluster is not None:
             cluster.stop()
-    print(f"matrix done in {time.monotonic() - began:.0f} s: {results}", file=sys.stderr)
-    spark.stop()
+        spark.stop()
+    say(f"matrix run ended after {time.monotonic() - began:.0f} s: {results}")
     return 0
+
+
+# ---- the tables of docs/kafka-versions.md ----------------------------------------------------------
+
+def _fmt(counter: dict[str, int] | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted((counter or {}).items(), key=lambda kv: -kv[1])) or "-"
+
+
+def _versions(wire: dict[str, Any], api: str) -> str:
+    found = wire.get("versions", {}).get(api)
+    return "v" + "/".join(map(str, found)) if found else "none"
+
+
+def _span(values: list[int]) -> str:
+    return str(values[0]) if min(values) == max(values) else f"{min(values)}-{max(values)}"
+
+
+def _stale_answers(cells: list[dict[str, Any]], api: str) -> collections.Counter[str]:
+    total: collections.Counter[str] = collections.Counter()
+    for cell in cells:
+        total.update(cell.get("copies", {}).get(api) or {})
+    return total
+
+
+def summary_cell(cells: list[dict[str, Any]], scenario: str) -> str:
+    """One client's cell of a broker row for one scenario: finding, broker's answer, versions, guard."""
+    off = [c for c in cells if not c["guard"]]
+    on = [c for c in cells if c["guard"]]
+    failed = [c for c in cells if "failed" in c]
+    ran_off = [c for c in off if "failed" not in c]
+    if not ran_off:
+        if failed:
+            return f"could not run: {failed[0]['failed'][:160]}"
+        return "not run in time"
+    api = "produce" if scenario == "late-produce" else "end_txn"
+    answers = _stale_answers(ran_off, api)
+    fenced = sum(v for k, v in answers.items() if set(k.split()) & FENCING_ERRORS)
+    # Fenced: the broker refused the stale copies for their epoch and took none (a copy that met the next
+    # transaction's commit in progress is answered CONCURRENT_TRANSACTIONS, whatever the protocol).
+    taken = answers.get("accepted (NONE)", 0) + answers.get("accepted and appended", 0)
+    broker_fenced = fenced > 0 and taken == 0
+    watched = {"torn-transaction": "torn-transaction", "stale-abort": "client-outcome-mismatch",
+               "late-produce": "late-produce", "healthy": None}[scenario]
+    parts = []
+    if watched == "torn-transaction":
+        torn = [c["counts"].get(TORN, 0) for c in ran_off]
+        runs = f"{len(ran_off)} run{'s' if len(ran_off) > 1 else ''}"
+        if any(torn):
+            parts.append(f"**torn** ({_span(torn)} in {runs})")
+        elif broker_fenced:
+            parts.append(f"**fenced**, nothing torn ({runs})")
+        else:
+            parts.append(f"no torn case ({runs}; {_fmt(dict(collections.Counter(e for c in ran_off for e in c['errors'])))})")
+    elif watched == "client-outcome-mismatch":
+        lost = [c["counts"].get("client-outcome-mismatch", 0) + c["counts"].get("lost-write", 0) for c in ran_off]
+        parts.append(f"**mismatch/lost** ({_span(lost)})" if any(lost)
+                     else ("**fenced**" if broker_fenced else "no lost write"))
+    elif watched == "late-produce":
+        damage = [sum(c["counts"].get(d, 0) for d in DAMAGE) for c in ran_off]
+        parts.append(f"**damage** ({_span(damage)})" if any(damage) else "no data anomaly")
+    else:
+        errs = collections.Counter(e for c in ran_off for e in c["errors"])
+        parts.append("valid" if not errs else _fmt(dict(errs)))
+    if watched is not None:
+        parts.append(f"copies: {_fmt(dict(answers))}")
+    wire = ran_off[0].get("wire", {})
+    parts.append(f"EndTxn {_versions(wire, 'end_txn')}, Produce {_versions(wire, 'produce')}")
+    parts.append(why(wire).split(":")[0] + (" (epoch moved at every commit)" if speaks_tv2(wire) else ""))
+    if watched is not None:
+        ran_on = [c for c in on if "failed" not in c]
+        if not ran_on:
+            parts.append("guard: " + (f"could not run ({on[0]['failed'][:80]})" if on else "not run in time"))
+        else:
+            damage = [sum(c["counts"].get(d, 0) for d in DAMAGE) for c in ran_on]
+            refused = _stale_answers(ran_on, api)
+            verdict = "whole" if not any(damage) else f"**damage left** ({_span(damage)})"
+            parts.append(f"guard: {verdict}, copies {_fmt(dict(refused))} ({len(ran_on)} run{'s' if len(ran_on) > 1 else ''})")
+    return "; ".join(parts)
+
+
+def tables(cells: list[dict[str, Any]]) -> str:
+    brokers = list(dict.fromkeys(c["broker"] for c in cells))
+    clients = [c for c in CLIENTS if any(cell["client"] == c for cell in cells)]
+    versions = {c["client"]: c.get("client_version", "?") for c in cells}
+    out = []
+    for scenario in SCENARIOS:
+        mine = [c for c in cells if c["scenario"] == scenario]
+        if not mine:
+            continue
+        out.append(f"### {scenario}\n")
+        out.append("| Kafka | " + " | ".join(f"{CLIENT_NAMES[c]} {versions.get(c, '')}" for c in clients) + " |")
+        out.append("|---|" + "---|" * len(clients))
+        for broker in brokers:
+            row = [summary_cell([c for c in mine if c["broker"] == broker and c["client"] == client], scenario)
+                   for client in clients]
+            out.append(f"| {broker.replace(':tv', ' TV')} | " + " | ".join(row) + " |")
+        out.append("")
+    out.append("### Every cell\n")
+    out.append("| Kafka | client | scenario | guard | seed | errors (cases) and causes | stale EndTxn copies | "
+               "Produce copies | EndTxn | Produce | AddPartitionsToTxn | TxnOffsetCommit | epoch at commits "
+               "(moved/same/re-init) | client errors | s | load |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for c in cells:
+        head = (f"| {c['broker']} | {c['client']} | {c['scenario']} | {'on' if c['guard'] else 'off'} | "
+                f"{c.get('seed', 1)} |")
+        load = f"{c.get('load_start', '?')}-{c.get('load_end', '?')}"
+        if "failed" in c:
+            out.append(f"{head} could not run: {c['failed'][:200]} | | | | | | | | {_fmt(c.get('client_errors'))} | "
+                       f"{c.get('seconds', '')} | {load} |")
+            continue
+        found = "; ".join(f"{name} {f['cases']} ({_fmt(f['causes'])})" for name, f in c.get("findings", {}).items())
+        wire = c.get("wire", {})
+        epoch = wire.get("epoch", {}).get("commit", {})
+        out.append(f"{head} {found or 'none (valid)'} | {_fmt(c['copies'].get('end_txn'))} | "
+                   f"{_fmt(c['copies'].get('produce'))} | {_versions(wire, 'end_txn')} | {_versions(wire, 'produce')} | "
+                   f"{_versions(wire, 'add_partitions_to_txn')} | {_versions(wire, 'txn_offset_commit')} | "
+                   f"{epoch.get('moved', 0)}/{epoch.get('same', 0)}/{epoch.get('reinitialised', 0)} | "
+                   f"{_fmt(c.get('client_errors'))} | {c.get('seconds', '')} | {load} |")
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":
