@@ -235,7 +235,15 @@ def run_demo(
     from kproxy_spark.jobs import analyze
     from kproxy_spark.report import exit_code, format_summary, write_json
 
-    report = analyze(str(history), str(traces), str(out_dir), spark=spark)
+    report = None
+    if spark is None:
+        from kproxy.engine.client import analyze_if_running
+
+        # A warm engine (kproxy engine start) saves Spark's start and a cold JVM.
+        report = analyze_if_running({"history": str(history), "traces": str(traces), "out": str(out_dir)}, say,
+                                    phases=False)
+    if report is None:
+        report = analyze(str(history), str(traces), str(out_dir), spark=spark)
     report["broker"] = broker_section(identity, kind, binary_version, prefix)
     write_json(report, str(out_dir / "report.json"))
     from kproxy_spark.html import write_html

@@ -90,14 +90,15 @@ def analyze(args: Mapping[str, Any], progress: Say, place: Place | None = None) 
     return message["report"]
 
 
-def analyze_if_running(args: Mapping[str, Any], progress: Say) -> dict[str, Any] | None:
-    """`analyze` in the running engine, saying so in `progress`; None when no engine runs."""
+def analyze_if_running(args: Mapping[str, Any], progress: Say, *, phases: bool = True) -> dict[str, Any] | None:
+    """`analyze` in the running engine, saying so in `progress` (and, with `phases`, each phase's line);
+    None when no engine runs."""
     state = status()
     if state is None:
         return None
     progress(f"analysing in the warm engine (pid {state['pid']}, {state['master']}"
              + (", busy: waiting for its current analysis" if state.get("busy") else "") + ")")
-    return analyze(args, progress)
+    return analyze(args, progress if phases else lambda _: None)
 
 
 def start(*, master: str = "local[*]", idle_stop_min: float = 30.0, conf: Mapping[str, str] | None = None,

@@ -279,10 +279,16 @@ def run_shrink(config: ShrinkConfig, *, spark: Any = None, say: Callable[[str], 
         bootstrap, stop_broker = embedded.bootstrap, embedded.stop
     try:
         if spark is None:
-            from kproxy_spark.session import get_session
+            from kproxy.engine.client import status
 
-            say("starting Spark, shared by every candidate's analysis")
-            spark = get_session(quick_start=True)
+            engine = status()
+            if engine is not None:  # each candidate's analysis goes to it (kproxy.demo.run_demo)
+                say(f"every candidate's analysis goes to the warm engine (pid {engine['pid']})")
+            else:
+                from kproxy_spark.session import get_session
+
+                say("starting Spark, shared by every candidate's analysis")
+                spark = get_session(quick_start=True)
         runner = _Runner(config, bootstrap, spark, say, clock)
         return _shrink_with(config, start, runner)
     finally:
