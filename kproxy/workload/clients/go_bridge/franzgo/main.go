@@ -256,6 +256,7 @@ type producer struct {
 
 	mu          sync.Mutex
 	sentInTxn   bool            // a record was handed to franz-go in this transaction
+	landedInTxn bool            // a record of this transaction was acknowledged: franz-go added its partition
 	failedInTxn *bridge.Failure // the first send of this transaction that failed
 	offsetsSent bool            // send_offsets added offsets to this transaction
 }
@@ -293,7 +294,7 @@ func (p *producer) InitTransactions(timeout time.Duration) error {
 
 func (p *producer) Begin() error {
 	p.mu.Lock()
-	p.sentInTxn, p.failedInTxn, p.offsetsSent = false, nil, false
+	p.sentInTxn, p.landedInTxn, p.failedInTxn, p.offsetsSent = false, false, nil, false
 	p.mu.Unlock()
 	return p.client.cl.BeginTransaction()
 }
@@ -315,6 +316,9 @@ func (p *producer) Send(id int64, topic string, partition int32, key, value []by
 			p.deliveries.Done(id, -1, &f)
 			return
 		}
+		p.mu.Lock()
+		p.landedInTxn = true
+		p.mu.Unlock()
 		p.deliveries.Done(id, rec.Offset, nil)
 	})
 }
@@ -347,8 +351,15 @@ func (p *producer) End(commit bool, timeout time.Duration) error {
 	} else if err := cl.AbortBufferedRecords(ctx); err != nil {
 		return err
 	}
+	tv2, err := p.transactionVersion2(ctx)
+	if err != nil {
+		return err
+	}
 	p.mu.Lock()
-	failed, offsetsOnly := p.failedInTxn, p.offsetsSent && !p.sentInTxn
+	// franz-go ends a transaction itself once a record landed, and under transaction version 2 also
+	// after records it tried (an abort, clearing what the broker registered); otherwise the offsets
+	// alone hold the transaction open, and the program ends it.
+	failed, offsetsOnly := p.failedInTxn, p.offsetsSent && !p.landedInTxn && !(tv2 && p.sentInTxn)
 	p.mu.Unlock()
 	if commit && failed != nil {
 		// As the Java client refuses commitTransaction after a failed send: the application must abort.
@@ -365,7 +376,7 @@ func (p *producer) End(commit bool, timeout time.Duration) error {
 	return cl.EndTransaction(ctx, try)
 }
 
-// endOwn ends a transaction that holds offsets and no record. franz-go sends EndTxn only
+// endOwn ends a transaction that holds offsets and no record franz-go knows of. franz-go sends EndTxn only
 // for a transaction it added partitions to itself, so the bridge sends it, at the version
 // franz-go would. Under transaction version 2 that EndTxn bumps the epoch, which franz-go
 // cannot learn: the client is replaced by a new one (InitProducerId again), as an
