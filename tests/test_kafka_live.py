@@ -170,6 +170,39 @@ def test_franz_go_speaks_transaction_version_2_and_kafka_fences_its_stale_commit
     assert fate == {"t1-a": "commit", "t1-b": "commit", "t2-early": "abort", "t2-late": "abort"}
 
 
+def test_franz_go_commits_offsets_in_a_transaction_without_records(kafka_broker: KafkaBroker) -> None:
+    """franz-go ends only transactions it produced in; the program ends one that holds offsets alone."""
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    create_topic(kafka_broker.bootstrap, topic)
+    factory = FranzGoFactory(kafka_broker.bootstrap, {}, {})
+    try:
+        producer = factory.producer(f"p-{topic}", f"tx-{topic}")
+        producer.init_transactions(10)
+        consumer = factory.consumer(f"c-{topic}", f"g-{topic}")
+        consumer.assign([(topic, 0)])
+        producer.begin_transaction()
+        first = producer.send(topic, 0, b"k", b"v1")
+        producer.commit_transaction(10)
+        assert first.offset == 0
+        deadline = time.monotonic() + 10
+        while not consumer.poll(10, 0.5) and time.monotonic() < deadline:
+            pass
+        producer.begin_transaction()  # offsets only: committed, and the producer goes on (a new epoch under TV2)
+        producer.send_offsets_to_transaction(consumer.positions(), consumer, 10)
+        producer.commit_transaction(10)
+        assert consumer.committed([(topic, 0)], 10) == {(topic, 0): 1}
+        producer.begin_transaction()
+        second = producer.send(topic, 0, b"k", b"v2")
+        producer.commit_transaction(10)
+        assert second.failure is None and second.offset == 2  # offset 1 is the first commit's marker
+        producer.begin_transaction()  # offsets only, aborted: nothing moves
+        producer.send_offsets_to_transaction({(topic, 0): 3}, consumer, 10)
+        producer.abort_transaction(10)
+        assert consumer.committed([(topic, 0)], 10) == {(topic, 0): 1}
+    finally:
+        factory.close()
+
+
 # The clients that run in a bridge process (the Go ones built by `make go-clients`): a short transactional run each.
 @pytest.mark.parametrize("client", ["java", "franz-go", "sarama"])
 def test_bridge_client_workload_through_the_proxy(kafka_broker: KafkaBroker, tmp_path: Path, client: str) -> None:

@@ -485,18 +485,17 @@ func (p *producer) sendOffsets(ctx context.Context, c *consumer, offsets map[bri
 		return part
 	})
 	// v6 names topics by id; kgo pins v5 when it has none, and v4 before transaction version 2.
-	resp, err := coordinated(ctx, cl, 0, group, req, versionCap(tv2, 4, 5), func(kmsg.Response) int16 { return 0 })
-	if err != nil {
-		return err
-	}
-	for _, t := range resp.(*kmsg.TxnOffsetCommitResponse).Topics {
-		for _, part := range t.Partitions {
-			if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
-				return err
+	_, err = coordinated(ctx, cl, 0, group, req, versionCap(tv2, 4, 5), func(r kmsg.Response) int16 {
+		for _, t := range r.(*kmsg.TxnOffsetCommitResponse).Topics {
+			for _, part := range t.Partitions {
+				if part.ErrorCode != 0 {
+					return part.ErrorCode
+				}
 			}
 		}
-	}
-	return nil
+		return 0
+	})
+	return err
 }
 
 // offsetTopics builds the topics of an offset request (TxnOffsetCommit, OffsetCommit), each with its own types.
@@ -542,11 +541,13 @@ func coordinated(ctx context.Context, cl *kgo.Client, kind int8, key string, req
 	return resp, err
 }
 
-// retrying calls fn again while Kafka calls its error retriable, until ctx ends.
+// retrying calls fn again while Kafka calls its error retriable, or answers CONCURRENT_TRANSACTIONS
+// (not retriable by Kafka's flag, but the transaction before is still completing: kgo and the Java
+// client retry it too), until ctx ends.
 func retrying(ctx context.Context, fn func() error) error {
 	return bridge.Retrying(ctx, func(err error) bool {
 		var ke *kerr.Error
-		return errors.As(err, &ke) && ke.Retriable
+		return errors.As(err, &ke) && (ke.Retriable || ke.Code == kerr.ConcurrentTransactions.Code)
 	}, fn)
 }
 
@@ -725,20 +726,18 @@ func (c *consumer) Commit(offsets map[bridge.TP]int64, timeout time.Duration) er
 		part.Partition, part.Offset, part.LeaderEpoch = partition, offset, -1
 		return part
 	})
-	return retrying(ctx, func() error {
-		resp, err := req.RequestWith(ctx, c.client.cl)
-		if err != nil {
-			return err
-		}
-		for _, t := range resp.Topics {
+	// v10 names topics by id, which a client that never fetched a topic's metadata lacks: v9, as kgo pins it.
+	_, err := coordinated(ctx, c.client.cl, 0, c.settings.group, req, 9, func(r kmsg.Response) int16 {
+		for _, t := range r.(*kmsg.OffsetCommitResponse).Topics {
 			for _, part := range t.Partitions {
-				if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
-					return err
+				if part.ErrorCode != 0 {
+					return part.ErrorCode
 				}
 			}
 		}
-		return nil
+		return 0
 	})
+	return err
 }
 
 func (c *consumer) Committed(partitions []bridge.TP, timeout time.Duration) (map[bridge.TP]int64, error) {
@@ -757,27 +756,29 @@ func (c *consumer) Committed(partitions []bridge.TP, timeout time.Duration) (map
 		t.Topic, t.Partitions = topic, parts
 		req.Topics = append(req.Topics, t)
 	}
-	err := retrying(ctx, func() error {
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			return err
-		}
-		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-			return err
-		}
+	// v8 asks for many groups and v10 names topics by id: v7, one group by name, with RequireStable.
+	resp, err := coordinated(ctx, cl, 0, c.settings.group, req, 7, func(r kmsg.Response) int16 {
+		resp := r.(*kmsg.OffsetFetchResponse)
 		for _, t := range resp.Topics {
 			for _, part := range t.Partitions {
-				if err := kerr.ErrorForCode(part.ErrorCode); err != nil {
-					return err
-				}
-				if part.Offset >= 0 {
-					found[bridge.TP{Topic: t.Topic, Partition: part.Partition}] = part.Offset
+				if part.ErrorCode != 0 {
+					return part.ErrorCode
 				}
 			}
 		}
-		return nil
+		return resp.ErrorCode
 	})
-	return found, err
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range resp.(*kmsg.OffsetFetchResponse).Topics {
+		for _, part := range t.Partitions {
+			if part.Offset >= 0 {
+				found[bridge.TP{Topic: t.Topic, Partition: part.Partition}] = part.Offset
+			}
+		}
+	}
+	return found, nil
 }
 
 // --- the admin client ------------------------------------------------------------------
