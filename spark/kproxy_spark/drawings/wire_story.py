@@ -111,9 +111,11 @@ class _Plan:
                            if (e["conn_id"], e["correlation_id"]) == (x.conn_id, x.correlation_id)
                            and (x.copy is None or x.copy == e["copy"])]
         self.requests = {(a["conn_id"], a["correlation_id"], a["copy"]) for a in self.attempts}
-        # (producer, number): the transactions the records were sent and delivered in, and the named EndTxns'.
-        self.txns = {(r["txn_pid"], n) for r in (*self.attempts, *self.named_ends)
-                     for n in (r["txn_client"], r["txn_broker"]) if n is not None}
+        # (producer, number): the transactions the records were sent and delivered in. The named EndTxns
+        # come as themselves: their own transactions' other requests would crowd the picture.
+        self.txns = {(r["txn_pid"], n) for r in self.attempts for n in (r["txn_client"], r["txn_broker"])
+                     if n is not None}
+        self.producers = {r["txn_pid"] for r in (*self.attempts, *self.named_ends)}
         self.fetches = {(x.conn_id, x.correlation_id, *anchor.fetch_partition) for x in anchor.exchanges
                         if anchor.fetch_partition is not None}
 
@@ -144,10 +146,10 @@ def _story(plan: _Plan, second: dict[str, list[dict]]) -> dict:
         })
     for exchange in produces.values():
         exchange["records"].sort(key=lambda r: (r["topic"], r["partition"], -1 if r["offset"] is None else r["offset"]))
-    named = {(e["conn_id"], e["correlation_id"]) for e in plan.named_ends}
+    named = {(e["conn_id"], e["correlation_id"], e["copy"]) for e in plan.named_ends}
     chosen = [e for e in second["end_txn"]
               if (e["txn_pid"], e["txn_client"]) in plan.txns or (e["txn_pid"], e["txn_broker"]) in plan.txns
-              or (e["conn_id"], e["correlation_id"]) in named]
+              or (e["conn_id"], e["correlation_id"], e["copy"]) in named]
     # A copy's original (and the original's copies): where the hold began, what else it decided.
     same_request = {(e["conn_id"], e["correlation_id"]) for e in chosen}
     ends = {(e["conn_id"], e["correlation_id"], e["copy"]): {f: e[f] for f in END_FIELDS if f != "txn_pid"}
@@ -189,7 +191,7 @@ def attach_wire_stories(anomalies: dict[str, list[dict]], views: WireViews) -> i
     second = _second_job(
         views,
         requests={r for p in plans for r in p.requests},
-        producers={pid for p in plans for pid, _ in p.txns},
+        producers={pid for p in plans for pid in p.producers},
         numbers={n for p in plans for _, n in p.txns},
         fetches={f for p in plans for f in p.fetches},
     )
