@@ -248,6 +248,16 @@ def _stale_answers(cells: list[dict[str, Any]], api: str) -> collections.Counter
     return total
 
 
+def _rule_caused(cells: list[dict[str, Any]]) -> dict[str, int]:
+    """Cases of the data anomalies that the analysis blamed on the rule, summed over cells."""
+    total: collections.Counter[str] = collections.Counter()
+    for cell in cells:
+        for name, found in cell.get("findings", {}).items():
+            if name in DAMAGE:
+                total[name] += sum(n for cause, n in found["causes"].items() if cause.startswith("rule"))
+    return {name: n for name, n in total.items() if n}
+
+
 def summary_cell(cells: list[dict[str, Any]], scenario: str) -> str:
     """One client's cell of a broker row for one scenario: finding, broker's answer, versions, guard."""
     off = [c for c in cells if not c["guard"]]
@@ -275,8 +285,12 @@ def summary_cell(cells: list[dict[str, Any]], scenario: str) -> str:
             parts.append(f"**torn** ({_span(torn)} in {runs})")
         elif broker_fenced:
             parts.append(f"**fenced**, nothing torn ({runs})")
+        elif taken and _rule_caused(ran_off):
+            # The stale commit decided a whole transaction the client aborted (or read past), not half of one.
+            parts.append(f"**stale commit taken**, no torn-transaction case ({runs}); "
+                         f"from the rule: {_fmt(_rule_caused(ran_off))}")
         else:
-            parts.append(f"no torn case ({runs}; {_fmt(dict(collections.Counter(e for c in ran_off for e in c['errors'])))})")
+            parts.append(f"no torn case ({runs}); from the rule: {_fmt(_rule_caused(ran_off))}")
     elif watched == "client-outcome-mismatch":
         lost = [c["counts"].get("client-outcome-mismatch", 0) + c["counts"].get("lost-write", 0) for c in ran_off]
         parts.append(f"**mismatch/lost** ({_span(lost)})" if any(lost)
