@@ -258,8 +258,11 @@ def _rule_caused(cells: list[dict[str, Any]]) -> dict[str, int]:
     return {name: n for name, n in total.items() if n}
 
 
-def summary_cell(cells: list[dict[str, Any]], scenario: str) -> str:
-    """One client's cell of a broker row for one scenario: finding, broker's answer, versions, guard."""
+def summary_cell(cells: list[dict[str, Any]], scenario: str, *, short: bool = False) -> str:
+    """One client's cell of a broker row for one scenario: finding, broker's answer, versions, guard.
+
+    short: the finding, the EndTxn versions and the guard's verdict only.
+    """
     off = [c for c in cells if not c["guard"]]
     on = [c for c in cells if c["guard"]]
     failed = [c for c in cells if "failed" in c]
@@ -306,15 +309,21 @@ def summary_cell(cells: list[dict[str, Any]], scenario: str) -> str:
     wire = ran_off[0].get("wire", {})
     parts.append(f"EndTxn {_versions(wire, 'end_txn')}, Produce {_versions(wire, 'produce')}")
     parts.append(why(wire).split(":")[0] + (" (epoch moved at every commit)" if speaks_tv2(wire) else ""))
+    guard_verdict = None
     if watched is not None:
         ran_on = [c for c in on if "failed" not in c]
         if not ran_on:
-            parts.append("guard: " + (f"could not run ({on[0]['failed'][:80]})" if on else "not run in time"))
+            guard_verdict = f"could not run ({on[0]['failed'][:80]})" if on else "not run in time"
+            parts.append(f"guard: {guard_verdict}")
         else:
             damage = [sum(c["counts"].get(d, 0) for d in DAMAGE) for c in ran_on]
             refused = _stale_answers(ran_on, api)
-            verdict = "whole" if not any(damage) else f"**damage left** ({_span(damage)})"
+            verdict = guard_verdict = "whole" if not any(damage) else f"**damage left** ({_span(damage)})"
             parts.append(f"guard: {verdict}, copies {_fmt(dict(refused))} ({len(ran_on)} run{'s' if len(ran_on) > 1 else ''})")
+    if short:
+        tv2 = " + epoch bump" if speaks_tv2(wire) else ""
+        verdict = parts[0].split(";")[0].replace(", no torn-transaction case", "")
+        return f"{verdict}; EndTxn {_versions(wire, 'end_txn')}{tv2}" + (f"; guard: {guard_verdict}" if guard_verdict else "")
     return "; ".join(parts)
 
 
@@ -322,14 +331,21 @@ def tables(cells: list[dict[str, Any]]) -> str:
     brokers = list(dict.fromkeys(c["broker"] for c in cells))
     clients = [c for c in CLIENTS if any(cell["client"] == c for cell in cells)]
     versions = {c["client"]: c.get("client_version", "?") for c in cells}
-    out = []
+    header = ["| Kafka | " + " | ".join(f"{CLIENT_NAMES[c]} {versions.get(c, '')}" for c in clients) + " |",
+              "|---|" + "---|" * len(clients)]
+    out = ["### In short: torn-transaction\n", *header]
+    torn = [c for c in cells if c["scenario"] == TORN]
+    for broker in brokers:
+        row = [summary_cell([c for c in torn if c["broker"] == broker and c["client"] == client], TORN, short=True)
+               for client in clients]
+        out.append(f"| {broker.replace(':tv', ' TV')} | " + " | ".join(row) + " |")
+    out.append("")
     for scenario in SCENARIOS:
         mine = [c for c in cells if c["scenario"] == scenario]
         if not mine:
             continue
         out.append(f"### {scenario}\n")
-        out.append("| Kafka | " + " | ".join(f"{CLIENT_NAMES[c]} {versions.get(c, '')}" for c in clients) + " |")
-        out.append("|---|" + "---|" * len(clients))
+        out.extend(header)
         for broker in brokers:
             row = [summary_cell([c for c in mine if c["broker"] == broker and c["client"] == client], scenario)
                    for client in clients]
