@@ -25,6 +25,7 @@ import socket
 
 import trio
 
+from kproxy.io.reads import read_exact_size
 from kproxy.io.tls import TlsSocket, UpstreamTls
 from kproxy.io.tls import connect as tls_connect
 
@@ -85,13 +86,13 @@ class Reader:
         """Up to `size` bytes (b"" at end of stream); OSError as the socket's."""
         sock = self.sock
         try:
-            data = os.read(sock.fileno(), size)
+            data = read_exact_size(sock.fileno(), size)
         except BlockingIOError:
             self.streak = 0
             while True:
                 await wait_readable(sock)
                 try:
-                    return os.read(sock.fileno(), size)
+                    return read_exact_size(sock.fileno(), size)
                 except BlockingIOError:
                     continue
         self.streak += 1

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import trio
 
+from kproxy.io.reads import read_exact_size
 from kproxy.obs.metrics import TLS_HANDSHAKE_REASONS as HANDSHAKE_REASONS  # noqa: F401  (the metric's label set)
 
 
@@ -159,7 +160,7 @@ class SocketTransport(trio.abc.HalfCloseableStream):
         sock = self.socket
         while True:
             try:
-                data = os.read(sock.fileno(), size)
+                data = read_exact_size(sock.fileno(), size)
             except BlockingIOError:
                 self._streak = 0
                 try:
