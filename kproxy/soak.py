@@ -100,6 +100,7 @@ class SoakResult:
             "actions": self.actions,
             "rss_mib": {"first": _mib(rss[0]) if rss else None, "max": _mib(max(rss)) if rss else None,
                         "last": _mib(rss[-1]) if rss else None},
+            "rss_mib_per_min_second_half": _round(rss_slope_mib_per_min(self.samples, self.duration_s / 2), 3),
             "fds": {"first": fds[0] if fds else None, "max": max(fds, default=None), "last": fds[-1] if fds else None},
             "proxy_cpu_share": round((self.samples[-1].cpu_s - self.samples[0].cpu_s)
                                      / max(self.samples[-1].t - self.samples[0].t, 1e-9), 2) if len(self.samples) > 1 else None,
@@ -117,6 +118,27 @@ class SoakResult:
 
 def _mib(kib: int) -> float:
     return round(kib / 1024, 1)
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def rss_slope_mib_per_min(samples: list[Sample], since_s: float) -> float | None:
+    """The least-squares slope of the proxy's RSS over the samples from `since_s` on, in MiB a minute.
+
+    None with fewer than two such samples. A soak's memory is flat when this is
+    near zero over its second half, after warm-up (docs/reliability.md).
+    """
+    points = [(s.t / 60, s.rss_kib / 1024) for s in samples if s.t >= since_s]
+    if len(points) < 2:
+        return None
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_r = sum(r for _, r in points) / len(points)
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread == 0:
+        return None
+    return sum((t - mean_t) * (r - mean_r) for t, r in points) / spread
 
 
 def _proc_sample(pid: int) -> tuple[int, int, float]:
