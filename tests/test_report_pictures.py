@@ -189,8 +189,8 @@ def test_a_broker_diagnosis_shows_the_fetch_response_and_what_the_client_did_wit
                           "listed_aborted": False}]}],
     }
     texts = _texts(sequence_svg(story, "G1a, case 1"))
-    assert "Fetch response (conn 2, corr 1) t[0] @0..0" in texts
-    assert "last stable offset 100; aborted list: empty" in texts
+    assert "Fetch response (conn 2, corr 1) @0..0" in texts
+    assert "t[0], last stable offset 100" in texts and "aborted list: empty" in texts
     assert "serves aborted [7,1] with no aborted-list entry: the client keeps it" in texts
     assert "aborts [7,1]" in texts and "ABORT marker t[0] @1" in texts
     assert "Produce answer: no offset, INVALID_PRODUCER_EPOCH" in texts

@@ -156,17 +156,16 @@ def _fetch_rows(f: Mapping[str, Any], story: Mapping[str, Any]) -> list[Row]:
     offsets = [r["offset"] for r in records]
     listed = ", ".join(f"producer {a.get('producer_id')} from @{a.get('first_offset')}"
                        for a in f.get("aborted_transactions") or [])
-    where = f"{svg.shorten(str(f.get('topic')), 26)}[{f.get('partition')}]"
-    labels = [f"Fetch response ({_exchange(f)}) {where} @{min(offsets)}..{max(offsets)}" if offsets else
-              f"Fetch response ({_exchange(f)}) {where}: no records",
-              f"last stable offset {f.get('last_stable_offset')}; aborted list: {listed or 'empty'}"]
+    where = f"{svg.shorten(str(f.get('topic')), 22)}[{f.get('partition')}]"
+    labels = [f"Fetch response ({_exchange(f)}) " + (f"@{min(offsets)}..{max(offsets)}" if offsets else "empty"),
+              f"{where}, last stable offset {f.get('last_stable_offset')}"]
     # The fates the story knows (the anchored records' own), to tell what the response did wrong.
     fate = {(r["topic"], r["partition"], r["offset"]): r.get("log_fate") or r.get("fate")
             for p in story.get("produces", ()) for r in p["records"]}
     of = {id(r): fate.get((f.get("topic"), f.get("partition"), r["offset"])) for r in records}
     kept = [r for r in records if of[id(r)] == "aborted" and not r.get("listed_aborted")]
     dropped = [r for r in records if of[id(r)] == "committed" and r.get("listed_aborted")]
-    notes = []
+    notes = [(f"aborted list: {listed or 'empty'}", svg.INK)]
     if kept:
         notes.append((f"serves aborted {_pairs(kept)} with no aborted-list entry: the client keeps it", svg.RED))
     if dropped:
