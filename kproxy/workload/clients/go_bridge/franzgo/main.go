@@ -486,14 +486,11 @@ func (p *producer) sendOffsets(ctx context.Context, c *consumer, offsets map[bri
 	})
 	// v6 names topics by id; kgo pins v5 when it has none, and v4 before transaction version 2.
 	_, err = coordinated(ctx, cl, 0, group, req, versionCap(tv2, 4, 5), func(r kmsg.Response) int16 {
-		for _, t := range r.(*kmsg.TxnOffsetCommitResponse).Topics {
-			for _, part := range t.Partitions {
-				if part.ErrorCode != 0 {
-					return part.ErrorCode
-				}
-			}
-		}
-		return 0
+		return firstCode(r.(*kmsg.TxnOffsetCommitResponse).Topics,
+			func(t kmsg.TxnOffsetCommitResponseTopic) []kmsg.TxnOffsetCommitResponseTopicPartition {
+				return t.Partitions
+			},
+			func(p kmsg.TxnOffsetCommitResponseTopicPartition) int16 { return p.ErrorCode })
 	})
 	return err
 }
@@ -509,6 +506,18 @@ func offsetTopics[T, P any](offsets map[bridge.TP]int64, topic func(string, []P)
 		out = append(out, topic(name, ps))
 	}
 	return out
+}
+
+// firstCode is the first error code of a response's partitions, each response with its own types.
+func firstCode[T, P any](topics []T, partitions func(T) []P, code func(P) int16) int16 {
+	for _, t := range topics {
+		for _, p := range partitions(t) {
+			if c := code(p); c != 0 {
+				return c
+			}
+		}
+	}
+	return 0
 }
 
 func versionCap(tv2 bool, before int16, after ...int16) int16 {
@@ -728,14 +737,9 @@ func (c *consumer) Commit(offsets map[bridge.TP]int64, timeout time.Duration) er
 	})
 	// v10 names topics by id, which a client that never fetched a topic's metadata lacks: v9, as kgo pins it.
 	_, err := coordinated(ctx, c.client.cl, 0, c.settings.group, req, 9, func(r kmsg.Response) int16 {
-		for _, t := range r.(*kmsg.OffsetCommitResponse).Topics {
-			for _, part := range t.Partitions {
-				if part.ErrorCode != 0 {
-					return part.ErrorCode
-				}
-			}
-		}
-		return 0
+		return firstCode(r.(*kmsg.OffsetCommitResponse).Topics,
+			func(t kmsg.OffsetCommitResponseTopic) []kmsg.OffsetCommitResponseTopicPartition { return t.Partitions },
+			func(p kmsg.OffsetCommitResponseTopicPartition) int16 { return p.ErrorCode })
 	})
 	return err
 }
@@ -759,14 +763,12 @@ func (c *consumer) Committed(partitions []bridge.TP, timeout time.Duration) (map
 	// v8 asks for many groups and v10 names topics by id: v7, one group by name, with RequireStable.
 	resp, err := coordinated(ctx, cl, 0, c.settings.group, req, 7, func(r kmsg.Response) int16 {
 		resp := r.(*kmsg.OffsetFetchResponse)
-		for _, t := range resp.Topics {
-			for _, part := range t.Partitions {
-				if part.ErrorCode != 0 {
-					return part.ErrorCode
-				}
-			}
+		if resp.ErrorCode != 0 {
+			return resp.ErrorCode
 		}
-		return resp.ErrorCode
+		return firstCode(resp.Topics,
+			func(t kmsg.OffsetFetchResponseTopic) []kmsg.OffsetFetchResponseTopicPartition { return t.Partitions },
+			func(p kmsg.OffsetFetchResponseTopicPartition) int16 { return p.ErrorCode })
 	})
 	if err != nil {
 		return nil, err
