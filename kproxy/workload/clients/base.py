@@ -1,7 +1,9 @@
 """The client adapter interface: what the workload needs from a Kafka client library.
 
-Two implementations exist (confluent-kafka and kafka-python); the workload
-is written once against this interface. Adapters raise `ClientFailure` (see
+Each library of `kproxy.workload.config.CLIENTS` implements it (confluent-kafka,
+kafka-python and aiokafka in Python; Kafka's Java client, franz-go and Sarama
+behind the JSON-lines bridge of clients/bridge.py); the workload is written
+once against this interface. Adapters raise `ClientFailure` (see
 `kproxy.workload.errors`) for every library error, so classification never
 depends on the library.
 """
