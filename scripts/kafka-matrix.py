@@ -285,7 +285,7 @@ def summary_cell(cells: list[dict[str, Any]], scenario: str, *, short: bool = Fa
         torn = [c["counts"].get(TORN, 0) for c in ran_off]
         runs = f"{len(ran_off)} run{'s' if len(ran_off) > 1 else ''}"
         if any(torn):
-            parts.append(f"**torn** ({_span(torn)} in {runs})")
+            parts.append(f"**torn** in {sum(1 for t in torn if t)} of {runs} ({_span(torn)} cases)")
         elif broker_fenced:
             parts.append(f"**fenced**, nothing torn ({runs})")
         elif taken and _rule_caused(ran_off):
@@ -318,8 +318,10 @@ def summary_cell(cells: list[dict[str, Any]], scenario: str, *, short: bool = Fa
         else:
             damage = [sum(c["counts"].get(d, 0) for d in DAMAGE) for c in ran_on]
             refused = _stale_answers(ran_on, api)
-            verdict = guard_verdict = "whole" if not any(damage) else f"**damage left** ({_span(damage)})"
-            parts.append(f"guard: {verdict}, copies {_fmt(dict(refused))} ({len(ran_on)} run{'s' if len(ran_on) > 1 else ''})")
+            verdict = "whole" if not any(damage) else f"**damage left** ({_span(damage)})"
+            guard_runs = f"{len(ran_on)} run{'s' if len(ran_on) > 1 else ''}"
+            guard_verdict = f"{verdict} ({guard_runs})"
+            parts.append(f"guard: {verdict}, copies {_fmt(dict(refused))} ({guard_runs})")
     if short:
         tv2 = " + epoch bump" if speaks_tv2(wire) else ""
         verdict = parts[0].split(";")[0].replace(", no torn-transaction case", "")
