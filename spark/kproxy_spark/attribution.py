@@ -75,6 +75,8 @@ _CLIENT_TEXT = {
     "reassigned": "it was re-assigned in between and resumed at the group's committed offset",
     "not-back-after-abort": "its consumer did not go back to the committed offset after a transaction that had "
                             "read the input aborted, so no committed transaction processed it (KAFKA-17582)",
+    "unowned-partitions": "its group has no members: its consumers assign partitions themselves, so two of them "
+                          "commit offsets of one partition, and the one behind committed after the one ahead",
 }
 
 

@@ -100,14 +100,26 @@ def committed_chain(commits: DataFrame) -> DataFrame:
                                  allowMissingColumns=True)
 
 
-def _overlaps(chain: DataFrame) -> DataFrame:
+#: Requests only a member of a group sends: a group none of whose consumers sent one has no members.
+MEMBER_APIS = ("join_group", "sync_group", "heartbeat", "consumer_group_heartbeat")
+
+
+def _overlaps(views: WireViews, chain: DataFrame) -> DataFrame:
     back = chain.where(F.col("decided_commit") & (F.col("committed_offset") < F.col("prev_offset")))
+    # A group without members: its consumers assign partitions themselves (kproxy's own workload does), so
+    # two of them may commit the same partition, the one behind after the one ahead. No owner, no order:
+    # the clients' doing, not the broker's.
+    members = views.traces.where(F.col("api").isin(*MEMBER_APIS) & (F.col("direction") == "request")
+                                 & F.col("group_id").isNotNull()).select(
+        "group_id", F.lit(True).alias("has_members")).dropDuplicates(["group_id"])
+    back = back.join(members, "group_id", "left")
     return back.select(
         *GROUP_PARTITION, F.lit("overlap").alias("kind"), "mono_ns", "conn_id", "correlation_id", "txn_id",
         "txn_client", F.col("committed_offset").alias("from_offset"), F.col("prev_offset").alias("to_offset"),
         F.array().cast("array<bigint>").alias("offsets"), F.lit(0).alias("missing"),
         F.array_sort(F.array_compact(F.array_distinct(F.array("decided_rule", "prev_rule")))).alias("rules"),
-        _no_causes())
+        F.when(F.col("has_members").isNull(), F.array(F.lit("unowned-partitions")))
+        .otherwise(F.array().cast("array<string>")).alias("causes"))
 
 
 def _gaps(views: WireViews, chain: DataFrame) -> DataFrame:
@@ -228,7 +240,7 @@ def exactly_once_breaks(views: WireViews) -> DataFrame:
     # Every offset commit with its decision, built once for the chain and for the output check.
     commits = decided(offset_commits(views.traces), views)
     chain = committed_chain(commits)
-    cases = _overlaps(chain).unionByName(_gaps(views, chain)).unionByName(_apart(views, commits, _output(views)))
+    cases = _overlaps(views, chain).unionByName(_gaps(views, chain)).unionByName(_apart(views, commits, _output(views)))
     # A trace without a TxnOffsetCommit has no case: an empty frame of the same columns (Spark plans a
     # limit of 0 away), rather than the twenty-odd stages of joins and windows over nothing, each of
     # which costs a small analysis a fixed 0.1-0.2 s.
