@@ -285,7 +285,8 @@ def summary_cell(cells: list[dict[str, Any]], scenario: str, *, short: bool = Fa
         torn = [c["counts"].get(TORN, 0) for c in ran_off]
         runs = f"{len(ran_off)} run{'s' if len(ran_off) > 1 else ''}"
         if any(torn):
-            parts.append(f"**torn** in {sum(1 for t in torn if t)} of {runs} ({_span(torn)} cases)")
+            parts.append(f"**torn** in {sum(1 for t in torn if t)} of {runs} "
+                         f"({_span(torn)} case{'' if max(torn) == 1 else 's'})")
         elif broker_fenced:
             parts.append(f"**fenced**, nothing torn ({runs})")
         elif taken and _rule_caused(ran_off):
