@@ -26,8 +26,9 @@ from kproxy.engine.place import Place, default_place
 
 log = logging.getLogger("kproxy.engine")
 
-#: Operations of the small history that warms the session: enough to run every check and wire check once.
-WARM_UP_OPS = 200
+#: Operations of the small history that warms the session: enough to run every check and wire check once
+#: (what warms is the code each runs, not the rows).
+WARM_UP_OPS = 60
 
 
 class Engine:
