@@ -299,12 +299,20 @@ def summary_cell(cells: list[dict[str, Any]], scenario: str, *, short: bool = Fa
         lost = [c["counts"].get("client-outcome-mismatch", 0) + c["counts"].get("lost-write", 0) for c in ran_off]
         parts.append(f"**mismatch/lost** ({_span(lost)})" if any(lost)
                      else ("**fenced**" if broker_fenced else "no lost write"))
+        if _rule_caused(ran_off):
+            parts.append(f"from the rule: {_fmt(_rule_caused(ran_off))}")
     elif watched == "late-produce":
         damage = [sum(c["counts"].get(d, 0) for d in DAMAGE) for c in ran_off]
         parts.append(f"**damage** ({_span(damage)})" if any(damage) else "no data anomaly")
     else:
-        errs = collections.Counter(e for c in ran_off for e in c["errors"])
-        parts.append("valid" if not errs else _fmt(dict(errs)))
+        # The control's findings, with who the analysis blamed (client, broker, unexplained).
+        found: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        for c in ran_off:
+            for name, f in c.get("findings", {}).items():
+                for cause, n in f["causes"].items():
+                    found[name][cause.split(":")[0]] += n
+        parts.append("valid" if not found else ", ".join(
+            f"{name} {sum(by.values())} ({_fmt(dict(by))})" for name, by in sorted(found.items())))
     if watched is not None:
         parts.append(f"copies: {_fmt(dict(answers))}")
     wire = ran_off[0].get("wire", {})
