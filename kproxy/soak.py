@@ -69,6 +69,24 @@ class Sample:
     client_connections: int
     cpu_s: float = 0.0  # the proxy's CPU time so far (user + system)
     load1: float = 0.0  # the machine's 1-minute load average
+    # Requests in flight to the brokers: at the sample, and the most seen since the last
+    # sample (the admin API's /debug/memory, read every second).
+    in_flight: int = -1
+    in_flight_max: int = -1
+    # Who holds the memory (kproxy.obs.memory): pymalloc's arenas (1 MiB each) and the
+    # bytes in their blocks; glibc's bytes in use and free, main heap and threads' arenas.
+    arenas: int = -1
+    arenas_highwater: int = -1
+    pymalloc_used_kib: int = -1
+    glibc_used_kib: int = -1
+    glibc_free_kib: int = -1
+    glibc_thread_heaps_kib: int = -1
+    # RSS by mapping (/proc/PID/smaps): the main heap, threads' glibc arenas, the other
+    # anonymous mappings (pymalloc's arenas, large blocks, stacks), and files.
+    rss_heap_kib: int = -1
+    rss_thread_heaps_kib: int = -1
+    rss_anon_kib: int = -1
+    rss_file_kib: int = -1
 
 
 @dataclass
@@ -150,6 +168,47 @@ def _proc_sample(pid: int) -> tuple[int, int, float]:
     stat = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     cpu = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
     return rss, len(list(Path(f"/proc/{pid}/fd").iterdir())), cpu
+
+
+_THREAD_HEAP_ALIGN = 64 * 1024 * 1024  # glibc's HEAP_MAX_SIZE on 64-bit: a thread's arena starts aligned to it
+
+
+def rss_by_mapping(pid: int) -> dict[str, int]:
+    """The process's RSS (KiB) by kind of mapping: `heap`, `thread_heaps`, `anon` (the other anonymous ones), `file`."""
+    kinds = {"heap": 0, "thread_heaps": 0, "anon": 0, "file": 0}
+    kind = "anon"
+    thread_heap_end = 0
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return {k: -1 for k in kinds}
+    for line in text.splitlines():
+        head = line.split(maxsplit=5)
+        if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+            start = int(head[0].split("-")[0], 16)
+            path = head[5] if len(head) > 5 else ""
+            if path == "[heap]":
+                kind = "heap"
+            elif path.startswith("/"):
+                kind = "file"
+            elif path:
+                kind = "anon"  # [stack], [vdso], ...
+            elif start % _THREAD_HEAP_ALIGN == 0 or start < thread_heap_end:
+                kind = "thread_heaps"
+                if start % _THREAD_HEAP_ALIGN == 0:
+                    thread_heap_end = start + _THREAD_HEAP_ALIGN
+            else:
+                kind = "anon"
+        elif line.startswith("Rss:"):
+            kinds[kind] += int(line.split()[1])
+    return kinds
+
+
+def _debug_memory(admin_url: str) -> dict[str, Any]:
+    try:
+        return httpx.get(f"{admin_url}/debug/memory", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return {}
 
 
 def _client_connections(admin_url: str) -> int:
@@ -281,8 +340,12 @@ def run_soak(
         workers = _Clients(proxy.bootstrap, topic, clients, partitions)
         start = time.monotonic()
         workers.start()
-        next_rotation, next_sample, phase = start, start, 0
+        next_rotation, next_sample, next_peek, phase = start, start, start, 0
+        in_flight_max = -1
         while (now := time.monotonic()) < start + duration_s:
+            if now >= next_peek:
+                in_flight_max = max(in_flight_max, _debug_memory(proxy.admin_url).get("in_flight", -1))
+                next_peek += 1.0
             if now >= next_rotation:
                 text, name = rule_file_text(phase)
                 rules.write_text(text)
@@ -294,9 +357,30 @@ def run_soak(
                 rss, fds, cpu = _proc_sample(proxy.process.pid)
                 conns = _client_connections(proxy.admin_url)
                 load1 = os.getloadavg()[0]
-                result.samples.append(Sample(round(now - start, 1), rss, fds, conns, cpu, load1))
+                mem = _debug_memory(proxy.admin_url)
+                pym, glibc, heaps = mem.get("pymalloc", {}), mem.get("glibc", {}), mem.get("glibc_heaps", [])
+                by_mapping = rss_by_mapping(proxy.process.pid)
+                in_flight = mem.get("in_flight", -1)
+                sample = Sample(
+                    round(now - start, 1), rss, fds, conns, cpu, load1,
+                    in_flight=in_flight, in_flight_max=max(in_flight_max, in_flight),
+                    arenas=pym.get("arenas_allocated_current", -1), arenas_highwater=pym.get("arenas_highwater_mark", -1),
+                    pymalloc_used_kib=pym.get("bytes_in_allocated_blocks", -1024) // 1024,
+                    glibc_used_kib=glibc.get("in_use_bytes", -1024) // 1024,
+                    glibc_free_kib=glibc.get("free_bytes", -1024) // 1024,
+                    glibc_thread_heaps_kib=sum(h["system_bytes"] for h in heaps if h["nr"] != 0) // 1024 if heaps else -1,
+                    rss_heap_kib=by_mapping["heap"], rss_thread_heaps_kib=by_mapping["thread_heaps"],
+                    rss_anon_kib=by_mapping["anon"], rss_file_kib=by_mapping["file"],
+                )
+                in_flight_max = -1
+                result.samples.append(sample)
                 progress(f"{now - start:6.0f}s  rss {rss / 1024:6.1f} MiB  fds {fds:5d}  client connections {conns:4d}  "
-                         f"proxy cpu {cpu:7.1f}s  load {load1:5.1f}  phase {result.actions[-1]}")
+                         f"proxy cpu {cpu:7.1f}s  load {load1:5.1f}  phase {result.actions[-1]}  "
+                         f"in flight {sample.in_flight:5d} (max {sample.in_flight_max:5d})  arenas {sample.arenas:3d}  "
+                         f"pymalloc {sample.pymalloc_used_kib / 1024:5.1f}  glibc {sample.glibc_used_kib / 1024:5.1f}"
+                         f"+{sample.glibc_free_kib / 1024:4.1f} free  rss heap/threads/anon/file "
+                         f"{sample.rss_heap_kib / 1024:5.1f}/{sample.rss_thread_heaps_kib / 1024:4.1f}/"
+                         f"{sample.rss_anon_kib / 1024:5.1f}/{sample.rss_file_kib / 1024:5.1f} MiB")
                 next_sample += sample_s
             time.sleep(0.2)
             if not proxy.alive():
