@@ -40,7 +40,8 @@ class WireCheck:
     name: the anomaly's name in the report; severity: ERROR or INFO;
     order: how its cases are listed; cases: views -> one row per case;
     cause: BY_RULES or the broker diagnosis its cases are;
-    explain: a case (a dict of its row) -> its sentence, on the driver.
+    explain: a case (a dict of its row) -> its sentence, on the driver;
+    needs: the request APIs without which it can have no case (see `built`).
     The registry's order is the order the report tells the checks in.
     """
 
@@ -50,12 +51,13 @@ class WireCheck:
     cases: Callable[[WireViews], DataFrame]
     cause: str
     explain: Callable[[dict[str, Any]], str]
+    needs: tuple[str, ...] = ()
 
     #: Where a case's sentence goes.
     text_field = "explanation"
 
-    def frame(self, views: WireViews) -> DataFrame:
-        return self.cases(views)
+    def frame(self, views: WireViews) -> DataFrame | None:
+        return self.cases(views) if built(self.needs, views) else None
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,16 @@ class WireTable:
     explain: Callable[[dict[str, Any]], Any] | None = None
     text_field: str = "explanation"
     stat: str | None = None
+    needs: tuple[str, ...] = ()
 
-    def frame(self, views: WireViews) -> DataFrame:
-        return self.rows(views)
+    def frame(self, views: WireViews) -> DataFrame | None:
+        return self.rows(views) if built(self.needs, views) else None
+
+
+def built(needs: tuple[str, ...], views: WireViews) -> bool:
+    """Whether an entry that reads requests of the APIs `needs` is built for
+    these traces: one whose trace holds none of them has nothing to find, and
+    planning its joins over nothing still costs the driver a second or more
+    (the exactly-once check's twenty-odd joins and windows on a trace
+    without a TxnOffsetCommit)."""
+    return not needs or not views.request_apis.isdisjoint(needs)

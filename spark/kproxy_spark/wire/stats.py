@@ -125,7 +125,7 @@ TABLES = (
     WireTable("~rule-touches", (("rule", False),), rule_touches),
     WireTable("~rule-writes", (("rule", False),), rule_writes),
     WireTable("~phases", (("start_ns", False),), fault_phases),
-    WireTable("~end-txn-outcomes", (("delivery_ns", False),), end_txn_outcomes),
+    WireTable("~end-txn-outcomes", (("delivery_ns", False),), end_txn_outcomes, needs=("end_txn",)),
     WireTable("~trace-events", (), trace_events),
     WireTable("~clock-offset", (), clock_offset),
 )

@@ -263,7 +263,8 @@ def explain_late_produce(case: dict[str, Any]) -> str:
 CHECKS = (
     WireCheck("torn-transaction", ERROR, (("index", True), ("transactional_id", False)), torn_transactions,
               BY_RULES, explain_torn),
-    WireCheck("stale-end-txn", INFO, BY_EXCHANGE, stale_end_txns, BY_RULES, explain_stale_end_txn),
+    WireCheck("stale-end-txn", INFO, BY_EXCHANGE, stale_end_txns, BY_RULES, explain_stale_end_txn,
+              needs=("end_txn",)),
     WireCheck("late-produce", INFO, BY_EXCHANGE, late_produces, BY_RULES, explain_late_produce),
     WireCheck("client-outcome-mismatch", ERROR, (("index", False),), client_outcome_mismatches, BY_RULES,
               explain_mismatch),

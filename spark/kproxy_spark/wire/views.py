@@ -110,6 +110,12 @@ class WireViews:
         return missing.join(committed, ["topic", "partition", "offset"]).where(F.col("fate") == "committed")
 
     @cached_property
+    def request_apis(self) -> frozenset[str]:
+        """The APIs of the requests in the traces (one small job, on the kept traces)."""
+        rows = self.traces.where(F.col("direction") == "request").select("api").distinct().collect()
+        return frozenset(row["api"] for row in rows)
+
+    @cached_property
     def removed(self) -> DataFrame:
         """Records a rule took out of a Fetch response (kproxy_spark.traces.rule_removed_records)."""
         return rule_removed_records(self.traces)
