@@ -32,12 +32,16 @@ WARM_UP_OPS = 60
 
 
 class Engine:
-    def __init__(self, place: Place, master: str, idle_stop_s: float, conf: dict[str, str]) -> None:
+    """`spark`: a session to serve instead of one of its own (a test session's, which it neither warms
+    nor stops); `kproxy engine start` gives none."""
+
+    def __init__(self, place: Place, master: str, idle_stop_s: float, conf: dict[str, str], spark: Any = None) -> None:
         self.place = place
         self.master = master
         self.idle_stop_s = idle_stop_s
         self.conf = conf
-        self.spark: Any = None
+        self.spark: Any = spark
+        self.owns_spark = spark is None
         self.started = time.time()
         self.analyses = 0
         self.last_request = time.monotonic()
@@ -57,6 +61,8 @@ class Engine:
         from kproxy.workload.synthetic import generate
 
         begun = time.monotonic()
+        if not self.owns_spark:
+            return 0.0
         self.spark = get_session(self.master, conf=self.conf)
         with tempfile.TemporaryDirectory(prefix="kproxy-engine-warm-") as tmp:
             work = Path(tmp)
@@ -156,7 +162,7 @@ class Engine:
         finally:
             listener.close()
             self.place.clear()
-            if self.spark is not None:
+            if self.spark is not None and self.owns_spark:
                 self.spark.stop()
 
 
