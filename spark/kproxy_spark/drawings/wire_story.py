@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kproxy_spark.drawings.anchors import Anchor, drawn_anchors
+from kproxy_spark.wire.frame import json_rows
 
 if TYPE_CHECKING:
     from kproxy_spark.wire.views import WireViews
@@ -50,13 +51,17 @@ FETCH_FIELDS = ("conn_id", "correlation_id", "mono_ns", "latency_ms", "client_id
 
 
 def _rows(kind: str, frame: DataFrame, fields: Iterable[str]) -> DataFrame:
-    return frame.select(F.lit(kind).alias("kind"),
-                        F.to_json(F.struct(*fields), {"ignoreNullFields": "false"}).alias("row"))
+    return json_rows(frame, "kind", kind, "row", tuple(fields))
 
 
 def _among(column: str, values: Iterable[Any]) -> F.Column:
     wanted = sorted({v for v in values if v is not None})
-    return F.col(column).isin(wanted) if wanted else F.lit(False)
+    if not wanted:
+        return F.lit(False)
+    if all(type(v) is int for v in wanted):
+        # One expression, not one call into the JVM per value (`isin` sends each literal on its own).
+        return F.expr(f"`{column}` IN ({', '.join(map(str, wanted))})")
+    return F.col(column).isin(wanted)
 
 
 def _collect(frame: DataFrame) -> dict[str, list[dict]]:

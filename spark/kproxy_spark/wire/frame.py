@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from kproxy_spark.wire.check import Order
 from kproxy_spark.wire.registry import BY_NAME, WIRE_CHECKS, WIRE_ORDER, WIRE_TABLES
@@ -45,10 +44,7 @@ def checks_frame(views: WireViews) -> DataFrame:
     """wire_frame over views already built. An entry its trace cannot feed
     (kproxy_spark.wire.check.built) has no part: it reads back as no rows."""
     parts = [
-        frame.select(
-            F.lit(entry.name).alias("check"),
-            F.to_json(F.struct(F.col("*")), {"ignoreNullFields": "false"}).alias("case"),  # one call, not one per column
-        )
+        json_rows(frame, "check", entry.name, "case")
         for entry in (*WIRE_CHECKS, *WIRE_TABLES)
         for frame in (entry.frame(views),)
         if frame is not None
@@ -61,7 +57,16 @@ def checks_frame(views: WireViews) -> DataFrame:
     return parts[0]
 
 
-def order_key(fields: Order):  # noqa: ANN201
+def json_rows(frame: DataFrame, label: str, name: str, into: str, fields: tuple[str, ...] = ()) -> DataFrame:
+    """`frame` as (label = name, into = each row's `fields` (all when none) as one JSON object, nulls
+    kept), in one expression: built from Column objects it cost a call into the JVM per column."""
+    if "'" in name or any("`" in f for f in fields):
+        raise ValueError(f"a name Spark SQL would have to quote: {name!r} {fields!r}")
+    struct = ", ".join(f"`{f}`" for f in fields) if fields else "*"
+    return frame.selectExpr(f"'{name}' AS `{label}`", f"to_json(struct({struct}), map('ignoreNullFields', 'false')) AS `{into}`")
+
+
+def order_key(fields: Order):
     def key(case: dict) -> tuple:
         # Spark's ascending order: nulls first unless asked last.
         return tuple(
@@ -72,7 +77,7 @@ def order_key(fields: Order):  # noqa: ANN201
     return key
 
 
-def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:  # noqa: ANN001
+def read_wire_rows(rows) -> tuple[dict[str, list[dict]], dict]:
     """wire_frame's collected rows -> (cases by check, in report order, each
     with its sentence; the stats they give).
 
