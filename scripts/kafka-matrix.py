@@ -9,6 +9,7 @@ tables from it.
     scripts/kafka-matrix.py --out matrix-out            # the full matrix, most telling cells first
     scripts/kafka-matrix.py --brokers 4.4.0:tv2 --clients franz-go,sarama --scenarios torn-transaction
     scripts/kafka-matrix.py --out matrix-out --table    # the Markdown tables
+    scripts/kafka-matrix.py --out matrix-out --reanalyze  # every cell's analysis again, with this checkout's
 
 A broker configuration is VERSION or VERSION:tvN (transaction.version N,
 4.x only; plain VERSION is the version's default: 2 on 4.x). Each cluster is
@@ -127,7 +128,11 @@ def run_cell(bootstrap: str, out_dir: Path, client: str, scenario: str, guard: b
              duration: float, spark) -> dict:
     result = run_demo(scenario, out_dir, guard=guard, seed=seed, duration=duration, bootstrap=bootstrap,
                       client=client, spark=spark, progress=False, say=lambda _: None)
-    report = result.report
+    return analysis_fields(out_dir, result.report)
+
+
+def analysis_fields(out_dir: Path, report: dict) -> dict:
+    """What a cell keeps of its analysis and its trace."""
     counts = report.get("counts", {})
     impact = report.get("stats", {}).get("fault_impact") or []
     return {
@@ -137,6 +142,45 @@ def run_cell(bootstrap: str, out_dir: Path, client: str, scenario: str, guard: b
         "attributed": sorted({f"{i['anomaly']}: {i['cases']}" for i in impact if i.get("cases")}),
         **read_cell(out_dir, report),
     }
+
+
+def reanalyze(out: Path, say) -> int:
+    """Analyse every cell of OUT/cells.jsonl again from the history and traces its run left, with this
+    checkout's analysis, and rewrite its analysis fields (the run's own fields stay): cells run before a
+    change to the analysis then read as the later ones do. Each cell keeps when it was re-analysed."""
+    from kproxy_spark.jobs import analyze
+    from kproxy_spark.report import write_json
+    from kproxy_spark.session import get_session
+
+    results = out / "cells.jsonl"
+    cells = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    spark = get_session(master="local[2]", app_name="kproxy-kafka-matrix",
+                        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"})
+    began = time.monotonic()
+    try:
+        for n, cell in enumerate(cells, 1):
+            cell_dir = out / cell_name(cell_key(cell))
+            if "failed" in cell or not (cell_dir / "history.jsonl").is_file():
+                say(f"[{n}/{len(cells)}] {cell_dir.name}: kept as it was (no run to analyse)")
+                continue
+            old = {name: f.get("cases") for name, f in cell.get("findings", {}).items()}
+            broker = json.loads((cell_dir / "report.json").read_text()).get("broker")
+            report = analyze(str(cell_dir / "history.jsonl"), str(cell_dir / "traces"), str(cell_dir), spark=spark)
+            if broker is not None:  # what the demo's run knew of the broker, which the analysis alone does not
+                report["broker"] = broker
+                write_json(report, str(cell_dir / "report.json"))
+            cell.update(analysis_fields(cell_dir, report))
+            cell["reanalyzed"] = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+            new = {name: f.get("cases") for name, f in cell.get("findings", {}).items()}
+            say(f"[{n}/{len(cells)}] {cell_dir.name}: {'same findings' if new == old else f'{old} -> {new}'}")
+            # Rewritten after each cell: a stopped re-analysis keeps what it did.
+            tmp = results.with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(c) + "\n" for c in cells))
+            tmp.replace(results)
+    finally:
+        spark.stop()
+    say(f"re-analysis ended after {time.monotonic() - began:.0f} s: {results}")
+    return 0
 
 
 def main() -> int:
@@ -150,11 +194,16 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("matrix-out"))
     parser.add_argument("--stop-at", help="UTC time HH:MM after which no cell starts (the one running finishes)")
     parser.add_argument("--table", action="store_true", help="only print the Markdown tables of OUT/cells.jsonl")
+    parser.add_argument("--reanalyze", action="store_true",
+                        help="analyse every cell of OUT/cells.jsonl again, from the history and traces its run left, "
+                             "with this checkout's analysis; runs no cell")
     args = parser.parse_args()
     results = args.out / "cells.jsonl"
     if args.table:
         print(tables([json.loads(line) for line in results.read_text().splitlines() if line.strip()]), end="")
         return 0
+    if args.reanalyze:
+        return reanalyze(args.out, lambda text: print(text, file=sys.stderr, flush=True))
 
     guards = {"both": [False, True], "off": [False], "on": [True]}[args.guard]
     cells = plan(args.brokers.split(","), args.clients.split(","), args.scenarios.split(","), guards,
