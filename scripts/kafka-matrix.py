@@ -10,6 +10,7 @@ tables from it.
     scripts/kafka-matrix.py --brokers 4.4.0:tv2 --clients franz-go,sarama --scenarios torn-transaction
     scripts/kafka-matrix.py --out matrix-out --table    # the Markdown tables
     scripts/kafka-matrix.py --out matrix-out --reanalyze  # every cell's analysis again, with this checkout's
+    scripts/kafka-matrix.py --out matrix-out --reanalyze 2026-11-27T12:10  # only cells started before then
 
 A broker configuration is VERSION or VERSION:tvN (transaction.version N,
 4.x only; plain VERSION is the version's default: 2 on 4.x). Each cluster is
@@ -144,10 +145,11 @@ def analysis_fields(out_dir: Path, report: dict) -> dict:
     }
 
 
-def reanalyze(out: Path, say) -> int:
-    """Analyse every cell of OUT/cells.jsonl again from the history and traces its run left, with this
-    checkout's analysis, and rewrite its analysis fields (the run's own fields stay): cells run before a
-    change to the analysis then read as the later ones do. Each cell keeps when it was re-analysed."""
+def reanalyze(out: Path, before: str, say) -> int:
+    """Analyse the cells of OUT/cells.jsonl started before `before` (ISO UTC) again from the history and
+    traces their runs left, with this checkout's analysis, and rewrite their analysis fields (the run's own
+    fields stay): cells run before a change to the analysis then read as the later ones do. Each cell keeps
+    when it was re-analysed."""
     from kproxy_spark.jobs import analyze
     from kproxy_spark.report import write_json
     from kproxy_spark.session import get_session
@@ -160,6 +162,8 @@ def reanalyze(out: Path, say) -> int:
     try:
         for n, cell in enumerate(cells, 1):
             cell_dir = out / cell_name(cell_key(cell))
+            if cell["started"] >= before:
+                continue
             if "failed" in cell or not (cell_dir / "history.jsonl").is_file():
                 say(f"[{n}/{len(cells)}] {cell_dir.name}: kept as it was (no run to analyse)")
                 continue
@@ -194,16 +198,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("matrix-out"))
     parser.add_argument("--stop-at", help="UTC time HH:MM after which no cell starts (the one running finishes)")
     parser.add_argument("--table", action="store_true", help="only print the Markdown tables of OUT/cells.jsonl")
-    parser.add_argument("--reanalyze", action="store_true",
-                        help="analyse every cell of OUT/cells.jsonl again, from the history and traces its run left, "
-                             "with this checkout's analysis; runs no cell")
+    parser.add_argument("--reanalyze", nargs="?", const="9999", metavar="BEFORE",
+                        help="analyse the cells of OUT/cells.jsonl again (those started before BEFORE, an ISO UTC "
+                             "time, when given), from the history and traces their runs left, with this checkout's "
+                             "analysis; runs no cell")
     args = parser.parse_args()
     results = args.out / "cells.jsonl"
     if args.table:
         print(tables([json.loads(line) for line in results.read_text().splitlines() if line.strip()]), end="")
         return 0
     if args.reanalyze:
-        return reanalyze(args.out, lambda text: print(text, file=sys.stderr, flush=True))
+        return reanalyze(args.out, args.reanalyze, lambda text: print(text, file=sys.stderr, flush=True))
 
     guards = {"both": [False, True], "off": [False], "on": [True]}[args.guard]
     cells = plan(args.brokers.split(","), args.clients.split(","), args.scenarios.split(","), guards,
