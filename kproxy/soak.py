@@ -73,6 +73,9 @@ class Sample:
     # sample (the admin API's /debug/memory, read every second).
     in_flight: int = -1
     in_flight_max: int = -1
+    # Requests the proxy holds: in flight, or answered and waiting for an earlier one's turn.
+    exchanges: int = -1
+    exchanges_max: int = -1
     # Who holds the memory (kproxy.obs.memory): pymalloc's arenas (1 MiB each) and the
     # bytes in their blocks; glibc's bytes in use and free, main heap and threads' arenas.
     arenas: int = -1
@@ -81,6 +84,9 @@ class Sample:
     glibc_used_kib: int = -1
     glibc_free_kib: int = -1
     glibc_thread_heaps_kib: int = -1
+    # The cycle collector's full collections so far, and the objects they collected.
+    gc_full_collections: int = -1
+    gc_full_collected: int = -1
     # RSS by mapping (/proc/PID/smaps): the main heap, threads' glibc arenas, the other
     # anonymous mappings (pymalloc's arenas, large blocks, stacks), and files.
     rss_heap_kib: int = -1
@@ -174,33 +180,38 @@ _THREAD_HEAP_ALIGN = 64 * 1024 * 1024  # glibc's HEAP_MAX_SIZE on 64-bit: a thre
 
 
 def rss_by_mapping(pid: int) -> dict[str, int]:
-    """The process's RSS (KiB) by kind of mapping: `heap`, `thread_heaps`, `anon` (the other anonymous ones), `file`."""
-    kinds = {"heap": 0, "thread_heaps": 0, "anon": 0, "file": 0}
-    kind = "anon"
-    thread_heap_end = 0
+    """The process's RSS (KiB) by kind of mapping: `heap`, `thread_heaps`, `anon` (the other anonymous ones), `file`.
+
+    A thread's glibc arena is told by its shape: an anonymous mapping at a
+    64 MiB boundary whose reserved rest (`---p`) ends 64 MiB further on.
+    """
     try:
         text = Path(f"/proc/{pid}/smaps").read_text()
     except OSError:
-        return {k: -1 for k in kinds}
+        return {"heap": -1, "thread_heaps": -1, "anon": -1, "file": -1}
+    maps: list[list[Any]] = []  # [start, end, perms, path, rss]
     for line in text.splitlines():
         head = line.split(maxsplit=5)
         if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
-            start = int(head[0].split("-")[0], 16)
-            path = head[5] if len(head) > 5 else ""
-            if path == "[heap]":
-                kind = "heap"
-            elif path.startswith("/"):
-                kind = "file"
-            elif path:
-                kind = "anon"  # [stack], [vdso], ...
-            elif start % _THREAD_HEAP_ALIGN == 0 or start < thread_heap_end:
-                kind = "thread_heaps"
-                if start % _THREAD_HEAP_ALIGN == 0:
-                    thread_heap_end = start + _THREAD_HEAP_ALIGN
-            else:
-                kind = "anon"
-        elif line.startswith("Rss:"):
-            kinds[kind] += int(line.split()[1])
+            start, end = (int(x, 16) for x in head[0].split("-"))
+            maps.append([start, end, head[1], head[5] if len(head) > 5 else "", 0])
+        elif line.startswith("Rss:") and maps:
+            maps[-1][4] = int(line.split()[1])
+    kinds = {"heap": 0, "thread_heaps": 0, "anon": 0, "file": 0}
+    for i, (start, end, perms, path, rss) in enumerate(maps):
+        if path == "[heap]":
+            kind = "heap"
+        elif path.startswith("/"):
+            kind = "file"
+        elif not path and start % _THREAD_HEAP_ALIGN == 0 and (
+            end - start == _THREAD_HEAP_ALIGN
+            or (i + 1 < len(maps) and maps[i + 1][0] == end and maps[i + 1][2] == "---p"
+                and maps[i + 1][1] == start + _THREAD_HEAP_ALIGN)
+        ):
+            kind = "thread_heaps"
+        else:
+            kind = "anon"
+        kinds[kind] += rss
     return kinds
 
 
@@ -311,6 +322,7 @@ def run_soak(
     work_dir: Path,
     *,
     bootstrap: str | None = None,
+    broker_kind: str = "tansu",
     duration_s: float = 600.0,
     connections: int = 100,
     rotate_s: float = 30.0,
@@ -318,14 +330,14 @@ def run_soak(
     partitions: int = 4,
     progress: Callable[[str], None] = lambda line: None,
 ) -> SoakResult:
-    """Run the soak (starting a broker unless `bootstrap` is given); files go to work_dir."""
+    """Run the soak (starting a `broker_kind` broker unless `bootstrap` is given); files go to work_dir."""
     from kproxy.brokers import start_broker
     from kproxy.proxy_process import start_proxy
 
     work_dir.mkdir(parents=True, exist_ok=True)
     broker = None
     if bootstrap is None:
-        broker = start_broker(log_path=work_dir / "broker.log")
+        broker = start_broker(kind=broker_kind, log_path=work_dir / "broker.log")
         bootstrap = broker.bootstrap
     rules = work_dir / "soak-rules.yaml"  # JSON, which is YAML
     rules.write_text(rule_file_text(len(PHASES) - 1)[0])  # start healthy
@@ -341,10 +353,12 @@ def run_soak(
         start = time.monotonic()
         workers.start()
         next_rotation, next_sample, next_peek, phase = start, start, start, 0
-        in_flight_max = -1
+        in_flight_max = exchanges_max = -1
         while (now := time.monotonic()) < start + duration_s:
             if now >= next_peek:
-                in_flight_max = max(in_flight_max, _debug_memory(proxy.admin_url).get("in_flight", -1))
+                peek = _debug_memory(proxy.admin_url)
+                in_flight_max = max(in_flight_max, peek.get("in_flight", -1))
+                exchanges_max = max(exchanges_max, peek.get("exchanges", -1))
                 next_peek += 1.0
             if now >= next_rotation:
                 text, name = rule_file_text(phase)
@@ -364,20 +378,25 @@ def run_soak(
                 sample = Sample(
                     round(now - start, 1), rss, fds, conns, cpu, load1,
                     in_flight=in_flight, in_flight_max=max(in_flight_max, in_flight),
+                    exchanges=mem.get("exchanges", -1), exchanges_max=max(exchanges_max, mem.get("exchanges", -1)),
                     arenas=pym.get("arenas_allocated_current", -1), arenas_highwater=pym.get("arenas_highwater_mark", -1),
                     pymalloc_used_kib=pym.get("bytes_in_allocated_blocks", -1024) // 1024,
                     glibc_used_kib=glibc.get("in_use_bytes", -1024) // 1024,
                     glibc_free_kib=glibc.get("free_bytes", -1024) // 1024,
                     glibc_thread_heaps_kib=sum(h["system_bytes"] for h in heaps if h["nr"] != 0) // 1024 if heaps else -1,
+                    gc_full_collections=mem.get("gc", {}).get("collections", [-1] * 3)[2],
+                    gc_full_collected=mem.get("gc", {}).get("collected", [-1] * 3)[2],
                     rss_heap_kib=by_mapping["heap"], rss_thread_heaps_kib=by_mapping["thread_heaps"],
                     rss_anon_kib=by_mapping["anon"], rss_file_kib=by_mapping["file"],
                 )
-                in_flight_max = -1
+                in_flight_max = exchanges_max = -1
                 result.samples.append(sample)
                 progress(f"{now - start:6.0f}s  rss {rss / 1024:6.1f} MiB  fds {fds:5d}  client connections {conns:4d}  "
                          f"proxy cpu {cpu:7.1f}s  load {load1:5.1f}  phase {result.actions[-1]}  "
-                         f"in flight {sample.in_flight:5d} (max {sample.in_flight_max:5d})  arenas {sample.arenas:3d}  "
-                         f"pymalloc {sample.pymalloc_used_kib / 1024:5.1f}  glibc {sample.glibc_used_kib / 1024:5.1f}"
+                         f"in flight {sample.in_flight:5d} (max {sample.in_flight_max:5d})  held {sample.exchanges:5d} "
+                         f"(max {sample.exchanges_max:5d})  arenas {sample.arenas:3d}  "
+                         f"pymalloc {sample.pymalloc_used_kib / 1024:5.1f}  gc2 {sample.gc_full_collections} "
+                         f"{sample.gc_full_collected}  glibc {sample.glibc_used_kib / 1024:5.1f}"
                          f"+{sample.glibc_free_kib / 1024:4.1f} free  rss heap/threads/anon/file "
                          f"{sample.rss_heap_kib / 1024:5.1f}/{sample.rss_thread_heaps_kib / 1024:4.1f}/"
                          f"{sample.rss_anon_kib / 1024:5.1f}/{sample.rss_file_kib / 1024:5.1f} MiB")

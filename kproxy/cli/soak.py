@@ -8,12 +8,16 @@ from pathlib import Path
 
 import click
 
+from kproxy.brokers import KINDS
+
 
 @click.command(context_settings={"max_content_width": 100})
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("soak-out"),
               show_default=True, help="Directory for the trace, logs, rule file and soak.json.")
 @click.option("--bootstrap", default=None, metavar="HOST:PORT",
               help="Broker to put the proxy in front of (default: start an embedded one).")
+@click.option("--broker-kind", type=click.Choice(sorted(KINDS)), default="tansu", show_default=True,
+              help="Which embedded broker to start when --bootstrap is not given (see `kproxy broker --help`).")
 @click.option("--duration", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds of load.")
 @click.option("--connections", type=click.IntRange(min=4), default=100, show_default=True,
               help="Client connections to keep busy (about 2/3 as many clients, half producers, half consumers).")
@@ -21,7 +25,7 @@ import click
               help="Seconds between rule file rotations (the next fault action each time).")
 @click.option("--sample", "sample_s", type=click.FloatRange(min=0.5), default=5.0, show_default=True,
               help="Seconds between samples of the proxy's RSS, descriptors and connections.")
-def soak(out_dir: Path, bootstrap: str | None, duration: float, connections: int, rotate_s: float,
+def soak(out_dir: Path, bootstrap: str | None, broker_kind: str, duration: float, connections: int, rotate_s: float,
          sample_s: float) -> None:
     """Soak a real kproxy run: load, rotating faults, and every request's outcome checked in the trace.
 
@@ -38,7 +42,7 @@ def soak(out_dir: Path, bootstrap: str | None, duration: float, connections: int
     """
     from kproxy.soak import run_soak
 
-    result = run_soak(out_dir, bootstrap=bootstrap, duration_s=duration, connections=connections,
+    result = run_soak(out_dir, bootstrap=bootstrap, broker_kind=broker_kind, duration_s=duration, connections=connections,
                       rotate_s=rotate_s, sample_s=sample_s, progress=lambda line: click.echo(line, err=True))
     summary = result.summary()
     click.echo(json.dumps(summary, indent=1))

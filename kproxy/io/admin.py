@@ -20,7 +20,7 @@ from kproxy.faults.admin_routes import rules_routes
 from kproxy.io.admin_body import DrainUnreadBody, RefuseOversizedBody
 from kproxy.io.admin_guard import AdminGuard, check_exposure, is_loopback
 from kproxy.obs import metrics
-from kproxy.obs.memory import memory_figures
+from kproxy.obs.memory import memory_figures, object_counts, traced_lines
 
 if TYPE_CHECKING:
     from kproxy.io.proxy import Proxy
@@ -82,9 +82,17 @@ def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) 
 
     async def debug_memory(request: Request) -> JSONResponse:
         # Which allocator holds the process's memory (kproxy.obs.memory); read on the loop, under a millisecond.
-        # With the requests in flight to the brokers, whose peaks a soak ties its memory's steps to.
-        return JSONResponse({**memory_figures(), "in_flight": proxy.in_flight_count(),
-                             "connections": len(proxy.connections)})
+        # With the requests the proxy holds (in flight to the brokers; awaiting their turn to go back
+        # to the client), whose peaks a soak ties its memory's steps to.
+        # ?types=N adds the N most numerous types of tracked objects (a walk of them all: debugging only).
+        figures = {**memory_figures(), "in_flight": proxy.in_flight_count(), "connections": len(proxy.connections),
+                   "exchanges": sum(len(c.order) for c in proxy.connections)}
+        if (types := request.query_params.get("types", "")).isdigit():
+            figures["types"] = object_counts(int(types))
+        # ?traced=N: the N source lines holding the most memory, when tracemalloc runs (PYTHONTRACEMALLOC=1).
+        if (traced := request.query_params.get("traced", "")).isdigit():
+            figures["traced"] = traced_lines(int(traced))
+        return JSONResponse(figures)
 
     routes = [
         Route("/metrics", metrics_endpoint),
