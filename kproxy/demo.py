@@ -233,22 +233,19 @@ def run_demo(
 
     say("[4/4] analysing the history against the wire traces with Spark (local mode)")
     from kproxy_spark.jobs import analyze
-    from kproxy_spark.report import exit_code, format_summary, write_json
+    from kproxy_spark.report import exit_code, format_summary
 
     report = None
+    # The report says which broker the run met; the analysis writes it with the rest, once.
+    broker = broker_section(identity, kind, binary_version, prefix)
     if spark is None:
         from kproxy.engine.client import analyze_if_running
 
         # A warm engine (kproxy engine start) saves Spark's start and a cold JVM.
-        report = analyze_if_running({"history": str(history), "traces": str(traces), "out": str(out_dir)}, say,
-                                    phases=False)
+        report = analyze_if_running({"history": str(history), "traces": str(traces), "out": str(out_dir),
+                                     "broker": broker}, say, phases=False)
     if report is None:
-        report = analyze(str(history), str(traces), str(out_dir), spark=spark)
-    report["broker"] = broker_section(identity, kind, binary_version, prefix)
-    write_json(report, str(out_dir / "report.json"))
-    from kproxy_spark.html import write_html
-
-    write_html(report, str(out_dir / "report.html"))  # again, now that it knows the broker
+        report = analyze(str(history), str(traces), str(out_dir), spark=spark, broker=broker)
     summary = broker_line(report["broker"]) + "\n" + format_summary(report, str(out_dir))
     say(summary)
     say(f"done in {time.monotonic() - started:.0f}s: {out_dir / 'report.html'} and {out_dir / 'report.json'}")

@@ -106,7 +106,8 @@ class Engine:
         self.last_request = time.monotonic()
         try:
             report = analyze(args.get("history"), args.get("traces"), args["out"], isolation=args.get("isolation", "auto"),
-                             ww_deps=args.get("ww_deps", True), progress=progress, spark=self.spark)
+                             ww_deps=args.get("ww_deps", True), progress=progress, spark=self.spark,
+                             broker=args.get("broker"))
             reply: dict[str, Any] = {"report": report}
         except (InputError, FileNotFoundError, ClusterSetupError) as exc:
             reply = {"error": {"kind": "input", "message": str(exc)}}

@@ -194,15 +194,16 @@ def _final_read(bootstrap: str, topics: set[str], settings: RunSettings, say: Sa
 def _analyse(settings: RunSettings, upstream: Upstream | None, result: RunResult, say: Say, echo: Say) -> int | None:
     """Judge the trace; the analysis's exit code (0 valid, 1 invalid, 4 unknown), or None when it failed."""
     from kproxy_spark.jobs import InputError
-    from kproxy_spark.report import exit_code, format_summary, write_json
+    from kproxy_spark.report import exit_code, format_summary
 
     from kproxy.testing.verdict import judge
 
     report_dir = settings.out / "report"
     say(f"analysing the trace with Spark ({settings.master}); the clients' history is derived from it")
+    section = upstream.report_section() if upstream is not None else None
     try:
         report = judge(settings.out / "traces", report_dir, master=settings.master,
-                       progress=lambda message: say(f"analysis: {message}"))
+                       progress=lambda message: say(f"analysis: {message}"), broker=section)
     except InputError as exc:
         result.verdict = "unknown"
         echo(f"the analysis could not judge the trace: {exc}")
@@ -210,16 +211,10 @@ def _analyse(settings: RunSettings, upstream: Upstream | None, result: RunResult
     except Exception as exc:  # noqa: BLE001 - any other failure is kproxy's: exit 3, not a traceback
         result.problems.append(f"the analysis failed: {type(exc).__name__}: {exc}")
         return None
-    section = upstream.report_section() if upstream is not None else None
     lines = []
     if section is not None:
-        from kproxy_spark.html import write_html
-
         from kproxy.demo import broker_line
 
-        report["broker"] = section
-        write_json(report, str(report_dir / "report.json"))
-        write_html(report, str(report_dir / "report.html"))  # again, now that it knows the broker
         lines.append(broker_line(section))
     result.report = report
     code = exit_code(report)

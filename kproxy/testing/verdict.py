@@ -39,9 +39,11 @@ SMALL_TRACE_CONF = {
 
 
 def judge(traces: Path | str, out_dir: Path | str, *, master: str = "local[*]", isolation: str = "auto",
-          progress: Progress = _quiet, spark: Any = None, spark_conf: Mapping[str, str] | None = None) -> dict:
+          progress: Progress = _quiet, spark: Any = None, spark_conf: Mapping[str, str] | None = None,
+          broker: Mapping[str, Any] | None = None) -> dict:
     """Analyse the trace in `traces` with no client history; write report.json and report.html to
-    `out_dir` and return the report (kproxy_spark.jobs.analyze, whose errors it raises)."""
+    `out_dir` and return the report (kproxy_spark.jobs.analyze, whose errors it raises). `broker`: the
+    report's broker section, when the caller knows it."""
     from kproxy_spark.jobs import InputError, analyze
 
     if spark is None and master == "local[*]":
@@ -51,13 +53,15 @@ def judge(traces: Path | str, out_dir: Path | str, *, master: str = "local[*]", 
 
         try:
             report = analyze_if_running({"history": None, "traces": str(traces), "out": str(out_dir),
-                                         "isolation": isolation}, progress)
+                                         "isolation": isolation, "broker": dict(broker) if broker else None},
+                                        progress)
         except EngineInputError as exc:
             raise InputError(str(exc)) from None
         if report is not None:
             return report
     return analyze(None, str(traces), str(out_dir), master=master, isolation=isolation, progress=progress,
-                   spark=spark, spark_conf=dict(spark_conf) if spark_conf else None)
+                   spark=spark, spark_conf=dict(spark_conf) if spark_conf else None,
+                   broker=dict(broker) if broker else None)
 
 
 @dataclass(frozen=True)

@@ -106,12 +106,15 @@ def analyze(
     spark=None,
     ww_deps: bool = True,
     spark_conf: dict[str, str] | None = None,
+    broker: dict | None = None,
 ) -> dict:
     """Check the history (and the traces when given); write
     out_dir/report.json and out_dir/report.html; return the report.
 
     `spark_conf`: Spark settings for the session this call starts (not for
-    a `spark` given). On a cluster master the executors get kproxy's code
+    a `spark` given). `broker`: the report's `broker` section, when the
+    caller knows the broker (`kproxy demo`, `kproxy test`), so that
+    report.json and report.html are written once, with it. On a cluster master the executors get kproxy's code
     and their Python is checked before any input is read
     (kproxy_spark.cluster); a cluster they cannot run the analysis on raises
     ClusterSetupError."""
@@ -263,6 +266,8 @@ def analyze(
 
     report = build_report(history_cases, wire_cases, stats,
                           allowed=allowed_anomalies(subscribe=subscribe, ww_deps=ww_deps))
+    if broker is not None:
+        report["broker"] = broker
     if views is not None:
         begun = time.monotonic()
         from kproxy_spark.drawings.wire_story import attach_wire_stories
