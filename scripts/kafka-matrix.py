@@ -146,7 +146,8 @@ def analysis_fields(out_dir: Path, report: dict) -> dict:
 
 
 def _unexplained(cell: dict) -> bool:
-    return any(cause.startswith("unexplained") for f in cell.get("findings", {}).values() for cause in f.get("causes") or {})
+    return any(cause.startswith("unexplained")
+               for found in cell.get("findings", {}).values() for cause in found.get("causes") or {})
 
 
 def reanalyze(out: Path, before: str, say) -> int:
