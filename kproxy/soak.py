@@ -215,9 +215,9 @@ def rss_by_mapping(pid: int) -> dict[str, int]:
     return kinds
 
 
-def _debug_memory(admin_url: str) -> dict[str, Any]:
+def _debug_memory(admin_url: str, *, held_only: bool = False) -> dict[str, Any]:
     try:
-        return httpx.get(f"{admin_url}/debug/memory", timeout=5).json()
+        return httpx.get(f"{admin_url}/debug/memory{'?held' if held_only else ''}", timeout=5).json()
     except (httpx.HTTPError, ValueError):
         return {}
 
@@ -352,14 +352,13 @@ def run_soak(
         workers = _Clients(proxy.bootstrap, topic, clients, partitions)
         start = time.monotonic()
         workers.start()
-        next_rotation, next_sample, next_peek, phase = start, start, start, 0
-        in_flight_max = exchanges_max = -1
+        # Samples are taken on a thread of their own: under load they take seconds,
+        # and the rotations must keep their pace.
+        sampler = threading.Thread(
+            target=_sample_until, args=(proxy, start, start + duration_s, sample_s, result, progress), daemon=True)
+        sampler.start()
+        next_rotation, phase = start, 0
         while (now := time.monotonic()) < start + duration_s:
-            if now >= next_peek:
-                peek = _debug_memory(proxy.admin_url)
-                in_flight_max = max(in_flight_max, peek.get("in_flight", -1))
-                exchanges_max = max(exchanges_max, peek.get("exchanges", -1))
-                next_peek += 1.0
             if now >= next_rotation:
                 text, name = rule_file_text(phase)
                 rules.write_text(text)
@@ -367,44 +366,11 @@ def run_soak(
                 result.rotations += 1
                 phase += 1
                 next_rotation += rotate_s
-            if now >= next_sample:
-                rss, fds, cpu = _proc_sample(proxy.process.pid)
-                conns = _client_connections(proxy.admin_url)
-                load1 = os.getloadavg()[0]
-                mem = _debug_memory(proxy.admin_url)
-                pym, glibc, heaps = mem.get("pymalloc", {}), mem.get("glibc", {}), mem.get("glibc_heaps", [])
-                by_mapping = rss_by_mapping(proxy.process.pid)
-                in_flight = mem.get("in_flight", -1)
-                sample = Sample(
-                    round(now - start, 1), rss, fds, conns, cpu, load1,
-                    in_flight=in_flight, in_flight_max=max(in_flight_max, in_flight),
-                    exchanges=mem.get("exchanges", -1), exchanges_max=max(exchanges_max, mem.get("exchanges", -1)),
-                    arenas=pym.get("arenas_allocated_current", -1), arenas_highwater=pym.get("arenas_highwater_mark", -1),
-                    pymalloc_used_kib=pym.get("bytes_in_allocated_blocks", -1024) // 1024,
-                    glibc_used_kib=glibc.get("in_use_bytes", -1024) // 1024,
-                    glibc_free_kib=glibc.get("free_bytes", -1024) // 1024,
-                    glibc_thread_heaps_kib=sum(h["system_bytes"] for h in heaps if h["nr"] != 0) // 1024 if heaps else -1,
-                    gc_full_collections=mem.get("gc", {}).get("collections", [-1] * 3)[2],
-                    gc_full_collected=mem.get("gc", {}).get("collected", [-1] * 3)[2],
-                    rss_heap_kib=by_mapping["heap"], rss_thread_heaps_kib=by_mapping["thread_heaps"],
-                    rss_anon_kib=by_mapping["anon"], rss_file_kib=by_mapping["file"],
-                )
-                in_flight_max = exchanges_max = -1
-                result.samples.append(sample)
-                progress(f"{now - start:6.0f}s  rss {rss / 1024:6.1f} MiB  fds {fds:5d}  client connections {conns:4d}  "
-                         f"proxy cpu {cpu:7.1f}s  load {load1:5.1f}  phase {result.actions[-1]}  "
-                         f"in flight {sample.in_flight:5d} (max {sample.in_flight_max:5d})  held {sample.exchanges:5d} "
-                         f"(max {sample.exchanges_max:5d})  arenas {sample.arenas:3d}  "
-                         f"pymalloc {sample.pymalloc_used_kib / 1024:5.1f}  gc2 {sample.gc_full_collections} "
-                         f"{sample.gc_full_collected}  glibc {sample.glibc_used_kib / 1024:5.1f}"
-                         f"+{sample.glibc_free_kib / 1024:4.1f} free  rss heap/threads/anon/file "
-                         f"{sample.rss_heap_kib / 1024:5.1f}/{sample.rss_thread_heaps_kib / 1024:4.1f}/"
-                         f"{sample.rss_anon_kib / 1024:5.1f}/{sample.rss_file_kib / 1024:5.1f} MiB")
-                next_sample += sample_s
             time.sleep(0.2)
             if not proxy.alive():
                 raise RuntimeError(f"kproxy died during the soak:\n{proxy.log_text()[-3000:]}")
         result.duration_s = time.monotonic() - start
+        sampler.join(30)
         workers.join(30)
         result.client_errors = dict(workers.errors)
         result.delivered, result.consumed = workers.delivered, workers.consumed
@@ -424,6 +390,57 @@ def run_soak(
         {**result.summary(), "samples": [s.__dict__ for s in result.samples],
          "without_outcome_sample": result.without_outcome[:20]}, indent=1))
     return result
+
+
+def _sample_until(proxy: Any, start: float, end: float, sample_s: float, result: SoakResult,
+                  progress: Callable[[str], None]) -> None:
+    """Sample the proxy every `sample_s` until `end`, and peek at the requests it holds every second between."""
+    next_sample = start
+    in_flight_max = exchanges_max = -1
+    while (now := time.monotonic()) < end and proxy.alive():
+        if now < next_sample:
+            peek = _debug_memory(proxy.admin_url, held_only=True)
+            in_flight_max = max(in_flight_max, peek.get("in_flight", -1))
+            exchanges_max = max(exchanges_max, peek.get("exchanges", -1))
+            time.sleep(max(0.0, min(1.0, next_sample - time.monotonic())))
+            continue
+        try:
+            rss, fds, cpu = _proc_sample(proxy.process.pid)
+        except OSError:  # the proxy has just exited: the soak's loop says so
+            return
+        conns = _client_connections(proxy.admin_url)
+        load1 = os.getloadavg()[0]
+        mem = _debug_memory(proxy.admin_url)
+        pym, glibc, heaps = mem.get("pymalloc", {}), mem.get("glibc", {}), mem.get("glibc_heaps", [])
+        by_mapping = rss_by_mapping(proxy.process.pid)
+        in_flight, exchanges = mem.get("in_flight", -1), mem.get("exchanges", -1)
+        sample = Sample(
+            round(now - start, 1), rss, fds, conns, cpu, load1,
+            in_flight=in_flight, in_flight_max=max(in_flight_max, in_flight),
+            exchanges=exchanges, exchanges_max=max(exchanges_max, exchanges),
+            arenas=pym.get("arenas_allocated_current", -1), arenas_highwater=pym.get("arenas_highwater_mark", -1),
+            pymalloc_used_kib=pym.get("bytes_in_allocated_blocks", -1024) // 1024,
+            glibc_used_kib=glibc.get("in_use_bytes", -1024) // 1024,
+            glibc_free_kib=glibc.get("free_bytes", -1024) // 1024,
+            glibc_thread_heaps_kib=sum(h["system_bytes"] for h in heaps if h["nr"] != 0) // 1024 if heaps else -1,
+            gc_full_collections=mem.get("gc", {}).get("collections", [-1] * 3)[2],
+            gc_full_collected=mem.get("gc", {}).get("collected", [-1] * 3)[2],
+            rss_heap_kib=by_mapping["heap"], rss_thread_heaps_kib=by_mapping["thread_heaps"],
+            rss_anon_kib=by_mapping["anon"], rss_file_kib=by_mapping["file"],
+        )
+        in_flight_max = exchanges_max = -1
+        result.samples.append(sample)
+        phase = result.actions[-1] if result.actions else "-"
+        progress(f"{now - start:6.0f}s  rss {rss / 1024:6.1f} MiB  fds {fds:5d}  client connections {conns:4d}  "
+                 f"proxy cpu {cpu:7.1f}s  load {load1:5.1f}  phase {phase}  "
+                 f"in flight {sample.in_flight:5d} (max {sample.in_flight_max:5d})  held {sample.exchanges:5d} "
+                 f"(max {sample.exchanges_max:5d})  arenas {sample.arenas:3d}  "
+                 f"pymalloc {sample.pymalloc_used_kib / 1024:5.1f}  gc2 {sample.gc_full_collections} "
+                 f"{sample.gc_full_collected}  glibc {sample.glibc_used_kib / 1024:5.1f}"
+                 f"+{sample.glibc_free_kib / 1024:4.1f} free  rss heap/threads/anon/file "
+                 f"{sample.rss_heap_kib / 1024:5.1f}/{sample.rss_thread_heaps_kib / 1024:4.1f}/"
+                 f"{sample.rss_anon_kib / 1024:5.1f}/{sample.rss_file_kib / 1024:5.1f} MiB")
+        next_sample += sample_s
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:

@@ -81,12 +81,15 @@ def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) 
         )
 
     async def debug_memory(request: Request) -> JSONResponse:
-        # Which allocator holds the process's memory (kproxy.obs.memory); read on the loop, under a millisecond.
+        # Which allocator holds the process's memory (kproxy.obs.memory); read on the loop, a few milliseconds.
         # With the requests the proxy holds (in flight to the brokers; awaiting their turn to go back
         # to the client), whose peaks a soak ties its memory's steps to.
         # ?types=N adds the N most numerous types of tracked objects (a walk of them all: debugging only).
-        figures = {**memory_figures(), "in_flight": proxy.in_flight_count(), "connections": len(proxy.connections),
-                   "exchanges": sum(len(c.order) for c in proxy.connections)}
+        held = {"in_flight": proxy.in_flight_count(), "connections": len(proxy.connections),
+                "exchanges": sum(len(c.order) for c in proxy.connections)}
+        if "held" in request.query_params:  # the requests held alone: cheap enough to ask every second
+            return JSONResponse(held)
+        figures = {**memory_figures(), **held}
         if (types := request.query_params.get("types", "")).isdigit():
             figures["types"] = object_counts(int(types))
         # ?traced=N: the N source lines holding the most memory, when tracemalloc runs (PYTHONTRACEMALLOC=1).

@@ -5,8 +5,10 @@ whether it is in use. A soak's growth (docs/reliability.md, "Memory through
 a soak") could be told apart only with these figures: pymalloc's arenas
 (1 MiB each, mapped apart from the heap, returned only when empty) and
 glibc's arenas (the main heap and one per thread that allocated).
-Served by the admin API at `/debug/memory`; reading them costs a walk of
-every pymalloc pool (a few thousand), well under a millisecond.
+Served by the admin API at `/debug/memory`; reading them walks every
+pymalloc pool and glibc's free chunks, a few milliseconds of the loop's
+time (20 ms measured with a heap of 400,000 blocks), so a soak asks every
+10 s and peeks at the requests held alone (`?held`) in between.
 """
 
 from __future__ import annotations
