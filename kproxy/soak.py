@@ -217,7 +217,8 @@ def rss_by_mapping(pid: int) -> dict[str, int]:
 
 def _debug_memory(admin_url: str, *, held_only: bool = False) -> dict[str, Any]:
     try:
-        return httpx.get(f"{admin_url}/debug/memory{'?held' if held_only else ''}", timeout=5).json()
+        response = httpx.get(f"{admin_url}/debug/memory{'?held' if held_only else ''}", timeout=5)
+        return response.json() if response.status_code == 200 else {}
     except (httpx.HTTPError, ValueError):
         return {}
 
@@ -226,13 +227,15 @@ def _client_connections(admin_url: str) -> int:
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        text = httpx.get(f"{admin_url}/metrics", timeout=5).text
-    except httpx.HTTPError:
+        response = httpx.get(f"{admin_url}/metrics", timeout=5)
+        if response.status_code != 200:
+            return -1
+        for family in text_string_to_metric_families(response.text):
+            for sample in family.samples:
+                if sample.name == "kproxy_connections_open" and sample.labels.get("side") == "client":
+                    return int(sample.value)
+    except (httpx.HTTPError, ValueError):  # a proxy going down answers with an error page, or not at all
         return -1
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "kproxy_connections_open" and sample.labels.get("side") == "client":
-                return int(sample.value)
     return 0
 
 
