@@ -34,7 +34,8 @@ def soak(out_dir: Path, bootstrap: str | None, broker_kind: str, duration: float
     rule file is rewritten every --rotate seconds with the next fault action
     (delay, duplicate, drop, drop_response, respond, replace_error,
     disconnect, hold, rewrite, disconnect after, none). The proxy's RSS and
-    descriptors are sampled. At the end the proxy is stopped and its trace
+    descriptors are sampled, with its memory by allocator and the requests it
+    holds (admin API /debug/memory). At the end the proxy is stopped and its trace
     read back: every request must be answered, unanswered by design, or
     listed by a connection's close event. Exit status 1 if any request has no
     outcome, the proxy died, or it logged an internal error. The summary goes
