@@ -122,6 +122,17 @@ def _overlaps(views: WireViews, chain: DataFrame) -> DataFrame:
         .otherwise(F.array().cast("array<string>")).alias("causes"))
 
 
+def _not_back() -> F.Column:
+    """A missing offset the consumer was delivered before, and not again after an aborted transaction,
+    though it lies below that transaction's: it kept the aborted reads' position."""
+    return F.col("must_again") & ~F.col("read_again") & F.col("read_before")
+
+
+def _listed() -> F.Column:
+    """A missing offset never delivered, but served listed as aborted to a read_committed consumer."""
+    return ~F.col("read_before") & F.col("listed")
+
+
 def _gaps(views: WireViews, chain: DataFrame) -> DataFrame:
     """Input records inside a committed link that no consumer was delivered while its transaction was made."""
     links = chain.where(F.col("decided_commit") & (F.col("committed_offset") > F.col("prev_offset")))
@@ -169,10 +180,12 @@ def _gaps(views: WireViews, chain: DataFrame) -> DataFrame:
         F.array_sort(F.array_compact(F.array_distinct(F.flatten(F.array(
             F.array(F.first("decided_rule")), F.coalesce(F.first("abort_rules"), F.array().cast("array<string>"))))))
         ).alias("rules"),
-        # Every missing offset below an aborted transaction's: the consumer kept the aborted reads' position.
-        F.when(F.min(F.col("must_again") & ~F.col("read_again") & F.col("read_before")),
-               F.array(F.lit("not-back-after-abort")))
-        .when(F.min(~F.col("read_before") & F.col("listed")), F.array(F.lit("listed-as-aborted")))
+        # Each missing offset is explained when it lies below an aborted transaction's (the consumer kept the
+        # aborted reads' position) or was served listed as aborted (the broker's list); a gap whose every
+        # offset is one or the other has those causes (both, when its offsets differ), else none.
+        F.when(F.min(_not_back() | _listed()), F.array_compact(F.array(
+            F.when(F.max(_not_back()), F.lit("not-back-after-abort")),
+            F.when(F.max(_listed()), F.lit("listed-as-aborted")))))
         .otherwise(F.array().cast("array<string>")).alias("causes"),
     ).drop("decided_ns")
 
