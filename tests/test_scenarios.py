@@ -631,7 +631,9 @@ def chaos_latency(s: Scenario) -> None:
     # is the untimed warm-up send's, which also waits for the connection and metadata), and took longer
     # than through a proxy without faults.
     assert sum(chaos) * 1000 >= sum(produce_delays_ms[1:])
-    assert sum(chaos) > sum(baseline)
+    # Each run's slowest send left out: one stall of the machine (a busy CI host once gave the baseline's
+    # first timed send 282 ms) outweighs the dozen 10-30 ms delays the rule adds.
+    assert sum(sorted(chaos)[:-1]) > sum(sorted(baseline)[:-1])
 
 
 def _timed_sends(bootstrap: str, topic: str, prefix: str, n: int = 40) -> list[float]:
