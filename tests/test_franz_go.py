@@ -158,7 +158,9 @@ def assert_fenced(run: Run) -> None:
     the rule."""
     assert set(run.requests["end_txn"]) == {5}
     assert run.stale_copies and {outcome for outcome, _ in run.stale_copies} == {"ghost"}, run.stale_copies
-    assert run.stale_copies.most_common(1)[0][0] == ("ghost", PRODUCER_FENCED), run.stale_copies
+    # At least one copy was fenced by its epoch; with a handful of copies, those that met the next commit in
+    # progress (CONCURRENT_TRANSACTIONS) may outnumber it (2 to 1 in a CI run).
+    assert run.stale_copies[("ghost", PRODUCER_FENCED)] > 0, run.stale_copies
     assert {error for _, error in run.stale_copies} <= {PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, 0}
     assert run.split == set()
     stale_cases = run.verdict.anomalies.get("stale-end-txn", 0)
