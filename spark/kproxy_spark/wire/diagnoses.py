@@ -102,6 +102,15 @@ def _explain_left_out(case: dict[str, Any]) -> str:
             " between records it did serve" + _who(case, "left out"))
 
 
+def _maybe_decided_when_read() -> Column:
+    """The record's transaction may have ended before the broker read it:
+    its EndTxn reached the broker (through the same proxy, whose clock
+    orders both) before this Fetch response came back, and the broker's own
+    response already put the record past its LSO (else a rule did)."""
+    ended_first = (F.col("end_proxy_id") == F.col("proxy_id")) & (F.col("end_delivery_ns") < F.col("mono_ns"))
+    return F.coalesce(ended_first & F.coalesce(F.col("upstream_past_lso"), F.lit(True)), F.lit(False))
+
+
 def _listed_first_offsets() -> list[Column]:
     covering = F.filter(F.coalesce(F.col("aborted_transactions"), F.array()),
                         lambda a: a["producer_id"] == F.col("producer_id"))
@@ -139,10 +148,14 @@ DIAGNOSES = (
     # Records at or beyond the response's own last stable offset: of
     # transactions not yet decided when it was sent. A rule that lowers the
     # LSO changes a number, not which records the client gets, so it
-    # explains no read.
+    # explains no read. Kafka reports the LSO it read *before* reading the
+    # records, each bounded by the LSO at read time (Partition.readRecords'
+    # initialLastStableOffset), so a transaction whose EndTxn had reached
+    # the broker before the response came back may have been decided in
+    # between: only records served ahead of their EndTxn are the broker's.
     BrokerDiagnosis(
         name="past-last-stable-offset", check="past-lso-read",
-        records=lambda views: views.served.where(F.col("past_lso")),
+        records=lambda views: views.served.where(F.col("past_lso") & ~_maybe_decided_when_read()),
         rule_made_it=lambda: ~F.coalesce(F.col("upstream_past_lso"), F.lit(True)),
         explains=SERVED, count_as="past_records", explain=_explain_past_lso,
         extra=lambda: [F.array_sort(F.collect_set("fate")).alias("fates")], rule_explains_values=False,

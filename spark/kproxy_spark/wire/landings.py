@@ -219,6 +219,11 @@ END_TXN_ATTRIBUTION = (
     "outcome",
 )
 
+#: When and through which proxy the EndTxn reached the broker, carried with
+#: the attribution (as `end_proxy_id`, `end_delivery_ns`) so a Fetch served
+#: after it can be told from one served while the transaction was open.
+END_TXN_TIMING = ("proxy_id", "delivery_ns")
+
 
 def deciding_end_txns(traces: DataFrame, ends: DataFrame | None = None) -> DataFrame:
     """Per producer and broker-side transaction number, the EndTxn that ended
@@ -236,7 +241,7 @@ def deciding_end_txns(traces: DataFrame, ends: DataFrame | None = None) -> DataF
     return chosen.select(
         *[F.col(c).alias(f"decided_{c}") for c in TXN_KEY],
         F.col("txn_broker").alias("decided_txn_broker"),
-        *[F.col(c).alias(f"end_{c}") for c in END_TXN_ATTRIBUTION],
+        *[F.col(c).alias(f"end_{c}") for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)],
     )
 
 
@@ -361,7 +366,7 @@ def _next_end_txns(log: DataFrame, ends: DataFrame) -> DataFrame:
         F.col("delivered")
         & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
     )
-    attribution = F.struct(*[F.col(c).alias(c) for c in END_TXN_ATTRIBUTION])
+    attribution = F.struct(*[F.col(c).alias(c) for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)])
     records = log.where(F.col("produce_delivery_ns").isNotNull() & F.col("txn_id").isNotNull()).select(
         *TXN_KEY, "topic", "partition", "offset",
         F.col("produce_delivery_ns").alias("t"), F.lit(0).alias("kind"), F.lit(None).alias("end"),
@@ -383,7 +388,8 @@ def _next_end_txns(log: DataFrame, ends: DataFrame) -> DataFrame:
     )
     nxt = timeline.withColumn("next_end", F.last("end", ignorenulls=True).over(ahead)).where(F.col("kind") == 0)
     return nxt.select(
-        "topic", "partition", "offset", *[F.col(f"next_end.{c}").alias(f"end_{c}") for c in END_TXN_ATTRIBUTION]
+        "topic", "partition", "offset",
+        *[F.col(f"next_end.{c}").alias(f"end_{c}") for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)]
     )
 
 
@@ -396,12 +402,12 @@ def _with_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame, deciders:
     decided = by_order.join(
         deciders.select(
             *[F.col(f"decided_{c}") for c in (*TXN_KEY, "txn_broker")],
-            *[F.col(f"end_{c}").alias(f"num_end_{c}") for c in END_TXN_ATTRIBUTION],
+            *[F.col(f"end_{c}").alias(f"num_end_{c}") for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)],
         ),
         [F.col(c) == F.col(f"decided_{c}") for c in (*TXN_KEY, "txn_broker")],
         "left",
     ).drop(*[f"decided_{c}" for c in (*TXN_KEY, "txn_broker")])
-    for c in END_TXN_ATTRIBUTION:
+    for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING):
         use_order = F.col("end_end_txn_commit").isNotNull()
         decided = decided.withColumn(
             f"end_{c}", F.when(use_order, F.col(f"end_{c}")).otherwise(F.col(f"num_end_{c}"))

@@ -78,9 +78,12 @@ class WireViews:
         """Data records served to read_committed fetches, with their fate in
         the log. A broker is judged by its own log: where the trace shows the
         producer's next marker after the record, that marker is its fate here
-        (not an aborted-transactions entry, which is what is being judged)."""
+        (not an aborted-transactions entry, which is what is being judged).
+        end_proxy_id / end_delivery_ns: where and when the EndTxn that ended
+        the record's transaction reached the broker, when traced."""
         fates = self.log.select("topic", "partition", "offset",
-                                F.coalesce("next_marker_fate", "fate").alias("fate"), "fate_source")
+                                F.coalesce("next_marker_fate", "fate").alias("fate"), "fate_source",
+                                "end_proxy_id", "end_delivery_ns")
         return self.fetched.where(F.col("read_committed") & F.col("control").isNull()).join(
             fates, ["topic", "partition", "offset"])
 
