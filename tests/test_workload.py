@@ -19,7 +19,7 @@ from kproxy.workload.errors import (
     classify_read,
 )
 from kproxy.workload.history import Op, read_history, validate_history
-from kproxy.workload.plan import plan_op
+from kproxy.workload.plan import OpBudget, plan_op
 from kproxy.workload.runner import run_workload
 
 pytestmark = pytest.mark.timeout(120)
@@ -140,6 +140,28 @@ def test_plans_are_fixed_by_the_seed() -> None:
     assert plans("1:0") != plans("2:0")
     kinds = {p.kind for p in plans("1:0")}
     assert kinds <= {"txn", "assign", "crash"} and "txn" in kinds
+
+
+def test_the_duration_counts_from_the_first_open_clients() -> None:
+    now = [0.0]
+    budget = OpBudget(None, 4.0, lambda: now[0], open_grace=10.0)
+    now[0] = 9.0  # opening took longer than the whole duration
+    assert budget.take()
+    budget.opened()
+    now[0] = 12.9
+    assert budget.take()
+    budget.opened()  # a later worker's open does not move the deadline
+    now[0] = 13.0
+    assert not budget.take() and budget.stopped
+
+
+def test_opening_that_never_succeeds_ends_the_run() -> None:
+    now = [0.0]
+    budget = OpBudget(3, 4.0, lambda: now[0], open_grace=10.0)
+    now[0] = 13.9
+    assert budget.take()
+    now[0] = 14.0
+    assert not budget.take()
 
 
 def test_config_refuses_contradictions() -> None:

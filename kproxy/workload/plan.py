@@ -40,21 +40,40 @@ def plan_op(rng: random.Random, config: WorkloadConfig) -> OpPlan:
 
 
 class OpBudget:
-    """The run's bound: an op count, a deadline, or both; shared by the workers."""
+    """The run's bound: an op count, a duration, or both; shared by the workers.
 
-    def __init__(self, ops: int | None, deadline: float | None, clock) -> None:  # type: ignore[no-untyped-def]
+    The duration counts from the moment the first worker has its clients
+    open, not from the start: on a loaded machine or a slow broker, opening
+    a transactional producer can take seconds, and a short run would
+    otherwise end before its first operation. Opening is itself bounded:
+    with no worker open after `duration + open_grace` seconds, the run
+    ends (the warnings logged say why the clients would not open).
+    """
+
+    def __init__(self, ops: int | None, duration: float | None, clock, open_grace: float = 0.0) -> None:  # type: ignore[no-untyped-def]
         self._remaining = ops
-        self._deadline = deadline
+        self._duration = duration
         self._clock = clock
+        self._give_up_opening_at = None if duration is None else clock() + duration + open_grace
+        self._deadline: float | None = None
         self._lock = threading.Lock()
         self._stopped = False
 
+    def opened(self) -> None:
+        """A worker has its clients open: the first call starts the duration."""
+        with self._lock:
+            if self._deadline is None and self._duration is not None:
+                self._deadline = self._clock() + self._duration
+
     def take(self) -> bool:
-        """True when one more operation may start."""
+        """True when one more operation may start (or a worker may go on opening its clients)."""
         with self._lock:
             if self._stopped:
                 return False
-            if self._deadline is not None and self._clock() >= self._deadline:
+            now = self._clock()
+            over = now >= self._deadline if self._deadline is not None else (
+                self._give_up_opening_at is not None and now >= self._give_up_opening_at)
+            if over:
                 self._stopped = True
                 return False
             if self._remaining is not None:

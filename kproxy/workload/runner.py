@@ -84,7 +84,6 @@ class _Ran:
 
 
 def _run(config: WorkloadConfig, factory: ClientFactory, history_path: Path, progress: bool) -> _Ran:
-    started = time.monotonic()
     offsets = OffsetTracker()
     with HistoryWriter(history_path) as history:
         keys = KeySpace(
@@ -95,8 +94,8 @@ def _run(config: WorkloadConfig, factory: ClientFactory, history_path: Path, pro
             record_create=lambda process, key, topic, partition: history.append(
                 process, "ok", "create", [key, topic, partition]),
         )
-        deadline = started + config.duration if config.duration is not None else None
-        budget = OpBudget(config.ops, deadline, time.monotonic)
+        # Opening a worker's clients may take up to two blocking calls (init_transactions, a group join).
+        budget = OpBudget(config.ops, config.duration, time.monotonic, open_grace=2 * config.op_timeout)
         bar = tqdm(total=config.ops, desc="workload", unit="op", disable=not progress, leave=False)
         bar_lock = threading.Lock()
         started_ops = Counter[str]()

@@ -134,6 +134,7 @@ class Worker:
             log.warning("process %d could not open its clients: %s", self.process, exc)
             self._teardown(clean=False)
             return False
+        self.budget.opened()
         self._needs_read_set = True
         return True
 
