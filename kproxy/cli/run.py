@@ -12,7 +12,12 @@ from kproxy.cli.options import upstream_tls_files, upstream_tls_options
 from kproxy.faults.errors import RuleFileError
 from kproxy.faults.limits import MAX_SEED
 from kproxy.io.admin_token import AdminTokenError, read_token, write_new_token
-from kproxy.io.config import ProxyConfig, parse_endpoint
+from kproxy.io.config import (
+    DEFAULT_MAX_OUTSTANDING_REQUESTS,
+    DEFAULT_TRACE_QUEUE_EVENTS,
+    ProxyConfig,
+    parse_endpoint,
+)
 from kproxy.obs.logs import setup_logging
 from kproxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
@@ -72,6 +77,10 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
                    "read them with `kproxy trace export`), jsonl (one JSON event a line) or parquet (needs pyarrow).")
 @click.option("--trace-on-full", type=click.Choice(["block", "drop"]), default="block", show_default=True,
               help="When the trace writer falls behind: block (slow the proxy, lose nothing) or drop (count drops).")
+@click.option("--trace-queue-events", type=click.IntRange(min=1), default=DEFAULT_TRACE_QUEUE_EVENTS,
+              show_default=True, metavar="N",
+              help="Trace events that may wait for the writer; when they are this many, --trace-on-full decides. "
+                   "About half a KB each at level headers (docs/traces.md).")
 @click.option("--trace-rotate-mb", type=int, default=256, show_default=True, help="Rotate trace files at this size.")
 @click.option("--trace-rotate-s", type=float, default=3600.0, show_default=True, help="Rotate trace files at this age.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
@@ -94,6 +103,12 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 @click.option("--read-timeout", type=click.FloatRange(min=0), default=60.0, show_default=True, metavar="SECONDS",
               help="Close a client connection whose frame does not arrive whole within this long of its first "
                    "byte (a stalled or trickled request). 0: no limit.")
+@click.option("--max-outstanding-requests", type=click.IntRange(min=0), default=DEFAULT_MAX_OUTSTANDING_REQUESTS,
+              show_default=True, metavar="N",
+              help="Read no more requests from a client connection while N of its requests await their answer "
+                   "(at the broker, delayed or held by a rule, or answered and waiting for an earlier one's "
+                   "turn); reading resumes as answers go back or the client hangs up. 0: no limit "
+                   "(docs/reliability.md).")
 @click.option("--proxy-id", default=None, help="Name of this proxy instance in traces (default: random).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True, help="Log verbosity (logs go to stderr).")
@@ -102,9 +117,10 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file, generate_admin_token, no_admin,
         rules_path, seed, guard, stage_latency, fetch_leader_hints,
         traces_dir,  # noqa: ANN001
-        trace_level, trace_format, trace_on_full, trace_rotate_mb, trace_rotate_s,
+        trace_level, trace_format, trace_on_full, trace_queue_events, trace_rotate_mb, trace_rotate_s,
         tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, upstream_cert, upstream_key,
-        upstream_skip_hostname_check, max_frame_bytes, connect_timeout, idle_timeout, read_timeout, proxy_id, log_level, log_format) -> None:
+        upstream_skip_hostname_check, max_frame_bytes, connect_timeout, idle_timeout, read_timeout,
+        max_outstanding_requests, proxy_id, log_level, log_format) -> None:
     """Run the proxy between Kafka clients and a Kafka cluster.
 
     Clients bootstrap at --listen. Every response that names a broker is
@@ -131,6 +147,7 @@ def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file,
         connect_timeout=connect_timeout,
         idle_timeout=idle_timeout,
         read_timeout=read_timeout,
+        max_outstanding_requests=max_outstanding_requests,
         rules_path=rules_path,
         seed=seed,
         guard=guard,
@@ -140,6 +157,7 @@ def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file,
         trace_level=trace_level,
         trace_format=trace_format,
         trace_on_full=trace_on_full,
+        trace_queue_events=trace_queue_events,
         trace_rotate_bytes=trace_rotate_mb * 1024 * 1024,
         trace_rotate_seconds=trace_rotate_s,
         client_tls=client_tls,

@@ -11,6 +11,16 @@ from kproxy.io.tls import UpstreamTls
 from kproxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from kproxy.protocol.broker_addresses import Endpoint
 
+# Requests a client connection may have awaiting their answer before the proxy stops reading it.
+# Clients keep far fewer in flight (5 for an idempotent or Java producer, one Fetch per broker for
+# a consumer); a connection reaches it only when its answers are stuck behind one the rules dropped
+# or held, or its broker falls far behind. 64 held requests cost a connection about 32 KiB.
+DEFAULT_MAX_OUTSTANDING_REQUESTS = 64
+# Trace events waiting to be written: about half a KB each at level headers (65,536 of them held
+# about 35 MB in a soak), so about 8 MB at most, and 2-3 s of a busy proxy's events (6,000 a
+# second in the soak against Kafka) when the disk stalls.
+DEFAULT_TRACE_QUEUE_EVENTS = 16384
+
 
 def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
     """HOST:PORT (IPv6 as [::1]:PORT)."""
@@ -47,6 +57,10 @@ class ProxyConfig:
     read_timeout: float = 60.0
     # Longest a held duplicate waits for its event before it is sent anyway.
     hold_timeout: float = 30.0
+    # A client connection whose requests awaiting their answer reach this many is read no further
+    # until some are answered (backpressure; docs/reliability.md, "Requests held per connection").
+    # 0: no limit.
+    max_outstanding_requests: int = DEFAULT_MAX_OUTSTANDING_REQUESTS
     rules_path: Path | None = None
     seed: int | None = None
     guard: bool = False
@@ -59,6 +73,8 @@ class ProxyConfig:
     trace_on_full: str = "block"
     trace_rotate_bytes: int = 256 * 1024 * 1024
     trace_rotate_seconds: float = 3600.0
+    # Events waiting for the trace writer, at most (docs/traces.md, "Backpressure or counted drops").
+    trace_queue_events: int = DEFAULT_TRACE_QUEUE_EVENTS
     # TLS towards clients (every listener) and towards brokers; None: plaintext (docs/security.md).
     client_tls: ssl.SSLContext | None = None
     upstream_tls: UpstreamTls | None = None

@@ -26,7 +26,7 @@ from typing import Any
 
 import trio
 
-from kproxy.io import cut_through, net, streaming, tls
+from kproxy.io import backpressure, cut_through, net, streaming, tls
 from kproxy.io.errors import ConnectionClosed
 from kproxy.io.streaming import STREAM_REQUEST_HEAD_BYTES
 from kproxy.obs import metrics
@@ -35,7 +35,7 @@ from kproxy.pipeline.decode import Undecodable
 from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
 from kproxy.protocol.broker_addresses import Endpoint
-from kproxy.protocol.codec import DecodeError, parse_request_header
+from kproxy.protocol.codec import ClientIds, DecodeError, parse_request_header
 from kproxy.protocol.framing import FrameBuffer, FrameError
 
 log = logging.getLogger("kproxy.conn")
@@ -106,6 +106,13 @@ class ClientConnection:
         self.frame_started: float | None = None
         self.busy_at = self.last_read
         self._first_frame_scope: trio.CancelScope | None = None
+        # With this many requests in `order` the request pump reads no further (kproxy.io.backpressure).
+        self.max_outstanding = backpressure.limit(proxy.config.max_outstanding_requests)
+        self.paused = False
+        self.room: trio.Event | None = None  # set when a paused pump may read on
+        self.hung_up = False  # seen while paused: what the client sent before goes on unbounded
+        # A client sends the same client id in every request: decoded once, not once per request.
+        self.client_ids = ClientIds()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -298,7 +305,8 @@ class ClientConnection:
         while True:
             if offsets:
                 stream_refused = False
-                await self._forward_requests(block, offsets)
+                if await self._forward_requests(block, offsets):
+                    now = trio.current_time()  # paused: a frame left incomplete is waited for from now
             if (
                 not stream_refused
                 and frames.pending_frame_size >= CUT_THROUGH_BYTES
@@ -328,8 +336,11 @@ class ClientConnection:
             _REQUEST_BYTES.inc(len(data))
             block, offsets = _feed(frames, data, "client")
 
-    async def _forward_requests(self, block: bytes, offsets: list[int]) -> None:
-        """Forward the complete request frames of one read, inspecting those that need it."""
+    async def _forward_requests(self, block: bytes, offsets: list[int]) -> bool:
+        """Forward the complete request frames of one read, inspecting those that need it.
+
+        Returns whether it paused for room (the connection's bound of requests held).
+        """
         proxy = self.proxy
         routing = proxy.pipeline.routing
         delivery = proxy.delivery
@@ -342,13 +353,23 @@ class ClientConnection:
         frames_counter = self.proxy.request_frame_counters
         tracing = self.proxy.trace is not None
         framed = events.framed_requests if tracing else ()
+        client_ids = self.client_ids
+        limit = self.max_outstanding
+        paused = False
         now = trio.current_time()
         run_start = offsets[0]  # start of the run of frames forwarded untouched
         ends = offsets[1:]
         ends.append(len(block))
         for start, end in zip(offsets, ends):
+            if len(order) >= limit and backpressure.may_pause(self):
+                if run_start < start:
+                    await self.send_upstream(block[run_start:start])
+                    run_start = start
+                await backpressure.wait_for_room(self)
+                paused = True
+                now = trio.current_time()
             try:
-                header = parse_request_header(block, start + 4)
+                header = parse_request_header(block, start + 4, client_ids)
             except DecodeError as exc:
                 metrics.protocol_errors.labels("undecodable").inc()
                 raise ConnectionClosed("undecodable", f"client sent an undecodable request header: {exc}") from None
@@ -382,6 +403,13 @@ class ClientConnection:
             await delivery.on_request(self, ex)
         if run_start < len(block):
             await self.send_upstream(block[run_start:] if run_start else block)
+        return paused
+
+    def order_shrank(self) -> None:
+        """A held request left `order`: a paused request pump may read on."""
+        room = self.room
+        if room is not None and len(self.order) < self.max_outstanding:
+            room.set()
 
     async def _client_eof(self) -> None:
         """The client closed its side: finish answering, then close (half-close)."""
@@ -528,6 +556,8 @@ class ClientConnection:
         if untouched:
             for _ in offsets:
                 order.popleft()
+            if self.room is not None:
+                self.order_shrank()
             await self.send_client(block)
             if not order:
                 self.drained.set()
@@ -545,6 +575,8 @@ class ClientConnection:
             order.popleft()
             if not head.suppress_response:
                 out.append(head.response_frame)
+        if self.room is not None:
+            self.order_shrank()
         if out:
             await self.send_client(b"".join(out) if len(out) > 1 else out[0])
         if not order:

@@ -135,6 +135,7 @@ async def finish(conn: ClientConnection, cut: CutThrough) -> None:
     order = conn.order
     if order and order[0] is ex:
         order.popleft()
+        conn.order_shrank()
     hist = proxy.client_latency_histograms.get(ex.api_key) or proxy.latency_histogram(ex.api_key)
     hist.observe(now - ex.arrived)
     if cut.scan is not None:

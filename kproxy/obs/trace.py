@@ -156,7 +156,7 @@ class TraceWriter:
         fmt: Format = "segments",
         rotate_bytes: int = 256 * MiB,
         rotate_seconds: float = 3600,
-        queue_size: int = 65536,
+        queue_size: int = 16384,
         queue_bytes: int = 128 * MiB,
         on_full: OnFull = "block",
         proxy_id: str,
