@@ -39,9 +39,33 @@ class RequestHeader:
     body_offset: int
 
 
-def parse_request_header(payload: bytes, start: int = 0) -> RequestHeader:
+class ClientIds:
+    """The last client id a connection sent, raw and decoded.
+
+    A client sends the same client id in every request: comparing it in
+    place and reusing the string costs less than decoding a new one each
+    time, and every request the proxy holds then shares one string.
+    """
+
+    __slots__ = ("raw", "text")
+
+    def __init__(self) -> None:
+        self.raw = b""
+        self.text = ""
+
+    def decode(self, payload: bytes, pos: int, n: int) -> str:
+        raw = self.raw
+        if n == len(raw) and payload.startswith(raw, pos):
+            return self.text
+        raw = payload[pos : pos + n]
+        self.raw, self.text = raw, raw.decode("utf-8", "replace")
+        return self.text
+
+
+def parse_request_header(payload: bytes, start: int = 0, client_ids: ClientIds | None = None) -> RequestHeader:
     """Parse a request header from a frame payload starting at `start`.
 
+    With `client_ids` (one per connection), a client id equal to the last one is not decoded again.
     Raises DecodeError when the payload is too short to hold a header.
     """
     try:
@@ -53,7 +77,10 @@ def parse_request_header(payload: bytes, start: int = 0) -> RequestHeader:
     if n >= 0:
         if pos + n > len(payload):
             raise DecodeError("request header's client id runs past the end of the frame")
-        client_id = payload[pos : pos + n].decode("utf-8", "replace")
+        if client_ids is None:
+            client_id = payload[pos : pos + n].decode("utf-8", "replace")
+        else:
+            client_id = client_ids.decode(payload, pos, n)
         pos += n
     if can_decode(api_key, api_version):
         if request_is_flexible(api_key, api_version):
