@@ -76,6 +76,10 @@ class Sample:
     # Requests the proxy holds: in flight, or answered and waiting for an earlier one's turn.
     exchanges: int = -1
     exchanges_max: int = -1
+    # The most held on one connection since the last sample, and the connections paused at the
+    # bound (--max-outstanding-requests) at the sample.
+    exchanges_one_connection_max: int = -1
+    paused_connections: int = -1
     # Who holds the memory (kproxy.obs.memory): pymalloc's arenas (1 MiB each) and the
     # bytes in their blocks; glibc's bytes in use and free, main heap and threads' arenas.
     arenas: int = -1
@@ -396,12 +400,13 @@ def _sample_until(proxy: Any, start: float, end: float, sample_s: float, result:
                   progress: Callable[[str], None]) -> None:
     """Sample the proxy every `sample_s` until `end`, and peek at the requests it holds every second between."""
     next_sample = start
-    in_flight_max = exchanges_max = -1
+    in_flight_max = exchanges_max = one_connection_max = -1
     while (now := time.monotonic()) < end and proxy.alive():
         if now < next_sample:
             peek = _debug_memory(proxy.admin_url, held_only=True)
             in_flight_max = max(in_flight_max, peek.get("in_flight", -1))
             exchanges_max = max(exchanges_max, peek.get("exchanges", -1))
+            one_connection_max = max(one_connection_max, peek.get("exchanges_one_connection", -1))
             time.sleep(max(0.0, min(1.0, next_sample - time.monotonic())))
             continue
         try:
@@ -418,6 +423,8 @@ def _sample_until(proxy: Any, start: float, end: float, sample_s: float, result:
             round(now - start, 1), rss, fds, conns, cpu, load1,
             in_flight=in_flight, in_flight_max=max(in_flight_max, in_flight),
             exchanges=exchanges, exchanges_max=max(exchanges_max, exchanges),
+            exchanges_one_connection_max=max(one_connection_max, mem.get("exchanges_one_connection", -1)),
+            paused_connections=mem.get("paused_connections", -1),
             arenas=pym.get("arenas_allocated_current", -1), arenas_highwater=pym.get("arenas_highwater_mark", -1),
             pymalloc_used_kib=pym.get("bytes_in_allocated_blocks", -1024) // 1024,
             glibc_used_kib=glibc.get("in_use_bytes", -1024) // 1024,
@@ -428,13 +435,14 @@ def _sample_until(proxy: Any, start: float, end: float, sample_s: float, result:
             rss_heap_kib=by_mapping["heap"], rss_thread_heaps_kib=by_mapping["thread_heaps"],
             rss_anon_kib=by_mapping["anon"], rss_file_kib=by_mapping["file"],
         )
-        in_flight_max = exchanges_max = -1
+        in_flight_max = exchanges_max = one_connection_max = -1
         result.samples.append(sample)
         phase = result.actions[-1] if result.actions else "-"
         progress(f"{now - start:6.0f}s  rss {rss / 1024:6.1f} MiB  fds {fds:5d}  client connections {conns:4d}  "
                  f"proxy cpu {cpu:7.1f}s  load {load1:5.1f}  phase {phase}  "
                  f"in flight {sample.in_flight:5d} (max {sample.in_flight_max:5d})  held {sample.exchanges:5d} "
-                 f"(max {sample.exchanges_max:5d})  arenas {sample.arenas:3d}  "
+                 f"(max {sample.exchanges_max:5d}, {sample.exchanges_one_connection_max:4d} on one connection, "
+                 f"{sample.paused_connections:3d} paused)  arenas {sample.arenas:3d}  "
                  f"pymalloc {sample.pymalloc_used_kib / 1024:5.1f}  gc2 {sample.gc_full_collections} "
                  f"{sample.gc_full_collected}  glibc {sample.glibc_used_kib / 1024:5.1f}"
                  f"+{sample.glibc_free_kib / 1024:4.1f} free  rss heap/threads/anon/file "

@@ -1,5 +1,5 @@
-"""Admin HTTP: /metrics, /healthz, /readyz, /txns and the rules API, served on trio behind `AdminGuard`,
-with oversized bodies refused and unread ones drained (`kproxy.io.admin_body`)."""
+"""Admin HTTP: /metrics, /healthz, /readyz, /txns, /debug/memory and the rules API, served on trio
+behind `AdminGuard`, with oversized bodies refused and unread ones drained (`kproxy.io.admin_body`)."""
 
 from __future__ import annotations
 
@@ -85,8 +85,12 @@ def admin_app(proxy: Proxy, reload_rules: Callable[[], Awaitable[None] | None]) 
         # With the requests the proxy holds (in flight to the brokers; awaiting their turn to go back
         # to the client), whose peaks a soak ties its memory's steps to.
         # ?types=N adds the N most numerous types of tracked objects (a walk of them all: debugging only).
-        held = {"in_flight": proxy.in_flight_count(), "connections": len(proxy.connections),
-                "exchanges": sum(len(c.order) for c in proxy.connections)}
+        # Most on one connection, and the connections that stopped reading at their bound
+        # (--max-outstanding-requests).
+        per_connection = [len(c.order) for c in proxy.connections]
+        held = {"in_flight": proxy.in_flight_count(), "connections": len(per_connection),
+                "exchanges": sum(per_connection), "exchanges_one_connection": max(per_connection, default=0),
+                "paused_connections": sum(c.paused for c in proxy.connections)}
         if "held" in request.query_params:  # the requests held alone: cheap enough to ask every second
             return JSONResponse(held)
         figures = {**memory_figures(), **held}
@@ -130,6 +134,7 @@ async def serve_admin(
     config.accesslog = None
     config.errorlog = logging.getLogger("kproxy.admin.http")
     config.graceful_timeout = 1.0
-    log.info("admin HTTP on http://%s:%d (/metrics, /healthz, /readyz, /txns, /rules)%s", endpoint.host, endpoint.port,
-             "; the rules API and /txns need the bearer token" if proxy.config.admin_token else "")
+    log.info("admin HTTP on http://%s:%d (/metrics, /healthz, /readyz, /txns, /rules, /debug/memory)%s",
+             endpoint.host, endpoint.port,
+             "; the rules API, /txns and /debug/memory need the bearer token" if proxy.config.admin_token else "")
     await hypercorn_serve(admin_app(proxy, reload_rules), config, task_status=task_status)
