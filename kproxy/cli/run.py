@@ -45,11 +45,11 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 @click.option("--broker-port-base", type=int, default=None, metavar="PORT",
               help="Broker node N gets a listener on PORT+N (default: listen port + 1). See docs/ports.md.")
 @click.option("--admin", default="127.0.0.1:19080", show_default=True, callback=_endpoint, metavar="HOST:PORT",
-              help="Admin HTTP: /metrics, /healthz, /readyz, /txns and the rules API. Beyond loopback it needs "
-                   "--admin-token-file (docs/security.md).")
+              help="Admin HTTP: /metrics, /healthz, /readyz, /txns, /debug/memory and the rules API. Beyond "
+                   "loopback it needs --admin-token-file (docs/security.md).")
 @click.option("--admin-token-file", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
-              help="Bearer token the rules API and /txns require (/metrics and /healthz stay open): the file's "
-                   "one line. Required when --admin is not on loopback.")
+              help="Bearer token the rules API, /txns and /debug/memory require (/metrics, /healthz and /readyz "
+                   "stay open): the file's one line. Required when --admin is not on loopback.")
 @click.option("--generate-admin-token", is_flag=True,
               help="Write a fresh random token to --admin-token-file at start (replacing its content) and print it "
                    "once on stderr.")
