@@ -28,6 +28,7 @@ from typing import Any
 
 from kproxy.brokers import check_broker, start_broker
 from kproxy.brokers.identify import BrokerIdentity, identify, nodes_text
+from kproxy.obs.trace_files import refuse_earlier_traces
 from kproxy.prereqs import check_spark_prerequisites
 from kproxy.proxy_process import UpstreamTlsFiles, start_proxy
 from kproxy.resources import shipped
@@ -162,6 +163,7 @@ def run_demo(
 
         load_rule_file(rules_file)  # a bad file fails here with file and line, before anything starts
         rules = rules_file
+    refuse_earlier_traces(out_dir)
     if spark is None:
         check_spark_prerequisites("demo")  # a missing extra or Java fails now, not after the workload
     check_client(client)  # a Go client without Go fails now too

@@ -87,6 +87,12 @@ def demo(scenario, broker_kind, bootstrap, upstream_tls, upstream_ca, upstream_c
             load_rule_file(rules_file)
         except RuleFileError as exc:
             raise click.UsageError(str(exc)) from None
+    from kproxy.obs.trace_files import EarlierTracesError, refuse_earlier_traces
+
+    try:
+        refuse_earlier_traces(out_dir)
+    except EarlierTracesError as exc:
+        raise click.UsageError(str(exc)) from None
     profile = profile_for(scenario)
     overrides = {"concurrency": processes, "max_txn_length": max_txn_length, "key_count": keys}
     profile = replace(profile, **{k: v for k, v in overrides.items() if v is not None})

@@ -97,6 +97,7 @@ def kproxy_test(broker_kind, bootstrap, rules_file, guard, seed, transaction_ver
     as kproxy analyze prints it and written to OUT/report (docs/testing.md).
     """
     from kproxy.cli.options import is_host_port
+    from kproxy.obs.trace_files import EarlierTracesError, refuse_earlier_traces
     from kproxy.testing.command import find_executable, substitute
 
     if not command:
@@ -106,10 +107,10 @@ def kproxy_test(broker_kind, bootstrap, rules_file, guard, seed, transaction_ver
     _check_setup(broker_kind, bootstrap, transaction_version)
     if rules_file is not None:
         _check_rules(rules_file)
-    traces = out / "traces"
-    if traces.is_dir() and any(traces.iterdir()):
-        raise click.UsageError(f"{out} holds the traces of an earlier run, which would be judged with this one: "
-                               f"choose another --out or remove {out}")
+    try:
+        refuse_earlier_traces(out)
+    except EarlierTracesError as exc:
+        raise click.UsageError(str(exc)) from None
     if not no_analyze:
         _require_analysis()
     program = substitute(command, "127.0.0.1:0")[0]

@@ -74,6 +74,21 @@ def trace_files(directory: Path | str) -> list[Path]:
     return sorted(found, key=_order_key)
 
 
+class EarlierTracesError(ValueError):
+    """An output directory already holds a run's traces."""
+
+
+def refuse_earlier_traces(out: Path) -> None:
+    """Before a run that judges its own traces (`kproxy demo`, `kproxy
+    test`) writes into OUT/traces: the analysis reads every file there, so
+    an earlier run's traces (an --out used again) would be judged with this
+    run's history. kproxy neither reuses nor deletes them."""
+    traces = out / "traces"
+    if traces.is_dir() and any(traces.iterdir()):
+        raise EarlierTracesError(f"{out} holds the traces of an earlier run, which would be judged with this one: "
+                                 f"choose another --out or remove {out}")
+
+
 def iter_jsonl_events(path: Path) -> Iterator[dict]:
     """Events of one JSONL trace file (gzip-compressed if its name ends in `.gz`), skipping a torn final line."""
     data = _read_gzip(path) if path.name.endswith(".gz") else path.read_bytes()
