@@ -100,6 +100,13 @@ def test_a_bad_rule_file_is_refused_with_its_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_an_out_holding_an_earlier_shrink_is_refused(tmp_path):
+    (tmp_path / "out" / "candidates" / "0").mkdir(parents=True)
+    done = kproxy("--rules", str(NOISY), "--anomaly", "torn-transaction", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and "holds the candidates of an earlier shrink" in done.stderr, done.stderr
+    assert sorted(p.name for p in (tmp_path / "out" / "candidates").iterdir()) == ["0"]
+
+
 def test_a_broker_kind_and_an_address_are_refused_together(tmp_path):
     done = kproxy("--rules", str(NOISY), "--anomaly", "torn-transaction", "--broker", "tansu",
                   "--bootstrap", "127.0.0.1:9092", "--out", str(tmp_path / "out"))

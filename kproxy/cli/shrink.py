@@ -63,7 +63,7 @@ def shrink(rules_file, scenario, anomaly, seed, bootstrap, upstream_tls, upstrea
     from kproxy.cli.demo import _require_prerequisites
     from kproxy.faults.errors import RuleFileError
     from kproxy.faults.loader import load_rule_file
-    from kproxy.shrink.runner import NotReproduced, ShrinkConfig, run_shrink
+    from kproxy.shrink.runner import EarlierShrinkError, NotReproduced, ShrinkConfig, refuse_earlier_shrink, run_shrink
 
     tls_files = upstream_tls_files(upstream_tls, upstream_ca, upstream_cert, upstream_key, upstream_skip_hostname_check)
     check_target(broker_kind, bootstrap, tls_files)
@@ -72,6 +72,10 @@ def shrink(rules_file, scenario, anomaly, seed, bootstrap, upstream_tls, upstrea
     try:
         load_rule_file(rules_file)
     except RuleFileError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        refuse_earlier_shrink(out_dir)
+    except EarlierShrinkError as exc:
         raise click.UsageError(str(exc)) from None
     _require_prerequisites("shrink")
     config = ShrinkConfig(rules_file=rules_file, anomaly=anomaly, out_dir=out_dir, scenario=scenario, seed=seed,

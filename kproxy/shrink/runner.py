@@ -245,6 +245,20 @@ class _Runner:
         return result.report
 
 
+class EarlierShrinkError(ValueError):
+    """The output directory holds an earlier shrink's candidates."""
+
+
+def refuse_earlier_shrink(out_dir: Path) -> None:
+    """Each candidate run judges every trace file in its directory, so an
+    earlier shrink's candidates (an --out used again) would be judged with
+    this one's histories; kproxy neither reuses nor deletes them."""
+    candidates = out_dir / "candidates"
+    if candidates.is_dir() and any(candidates.iterdir()):
+        raise EarlierShrinkError(f"{out_dir} holds the candidates of an earlier shrink, whose traces would be judged"
+                                 f" with this one's runs: choose another --out or remove {out_dir}")
+
+
 def run_shrink(config: ShrinkConfig, *, spark: Any = None, say: Callable[[str], None] = print,
                clock: Callable[[], float] = time.monotonic) -> ShrinkOutcome:
     """Confirm the anomaly, shrink, write the results; see the module's doc."""
@@ -253,6 +267,7 @@ def run_shrink(config: ShrinkConfig, *, spark: Any = None, say: Callable[[str], 
 
     if config.upstream_tls is not None and config.bootstrap is None:
         raise ValueError("TLS towards the broker needs a bootstrap address: the embedded brokers speak plaintext")
+    refuse_earlier_shrink(config.out_dir)
     load_rule_file(config.rules_file)  # a bad file fails with file and line before anything starts
     data = read_yaml(config.rules_file.read_text(), str(config.rules_file)).data
     start = Candidate(rules=data, workload=start_workload(config))
