@@ -125,6 +125,19 @@ def plan(brokers: list[str], clients: list[str], scenarios: list[str], guards: l
     return [key for _, key in sorted(cells)]
 
 
+def set_aside_interrupted(cell_dir: Path, say) -> None:
+    """A cell not in cells.jsonl whose directory exists was interrupted
+    (the script stopped mid-run): move what it left aside, as the demo
+    refuses to judge a new run with an earlier run's traces."""
+    if not cell_dir.exists():
+        return
+    n = 1
+    while (aside := cell_dir.with_name(f"{cell_dir.name}.interrupted-{n}")).exists():
+        n += 1
+    cell_dir.rename(aside)
+    say(f"{cell_dir.name}: an interrupted earlier attempt moved to {aside.name}")
+
+
 def run_cell(bootstrap: str, out_dir: Path, client: str, scenario: str, guard: bool, seed: int,
              duration: float, spark) -> dict:
     result = run_demo(scenario, out_dir, guard=guard, seed=seed, duration=duration, bootstrap=bootstrap,
@@ -265,6 +278,7 @@ def main() -> int:
                 "seed": seed, "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                 "load_start": round(os.getloadavg()[0], 1),
             }
+            set_aside_interrupted(args.out / name, say)
             started = time.monotonic()
             try:
                 cell.update(run_cell(cluster.bootstrap, args.out / name, client, scenario, guard, seed,
