@@ -275,24 +275,42 @@ def explain_failure(exc: BaseException, python_exec: str) -> str:
     return f"an executor failed to run a Python task: {reason[:400]}"
 
 
-def check_executors(spark, progress: Progress) -> dict:  # noqa: ANN001 - a SparkSession
+def check_executors(spark, progress: Progress, connect: bool = False) -> dict:  # noqa: ANN001 - a SparkSession
     """Run one task on an executor that reports its Python and modules;
     raise ClusterSetupError naming what to fix when the analysis cannot run
-    there. Returns the executor's answer."""
+    there. Returns the executor's answer. `connect`: `spark` is a Spark
+    Connect client's session, which has no SparkContext: the task is a
+    one-row Python UDF, and the fix names the server's settings."""
     import time
     import uuid
 
-    context = spark.sparkContext
-    python_exec = context.pythonExec
     driver = driver_facts()
     probe = _probe(EXECUTOR_MODULES, EXECUTOR_PACKAGES)
-    group = f"kproxy-executor-check-{uuid.uuid4().hex}"
     outcome: dict = {}
+    if connect:
+        python_exec = "the Connect server's Python"
+        memory = _connect_setting(spark, "spark.executor.memory", "1g")
+        hint = lambda executable: connect_fix_hint(executable, driver)  # noqa: E731
+        frame = _probe_frame(spark, probe)
+
+        def ask() -> dict:
+            import json
+
+            return json.loads(frame.collect()[0][0])
+    else:
+        context = spark.sparkContext
+        python_exec = context.pythonExec
+        memory = context.getConf().get("spark.executor.memory", "1g")
+        hint = lambda executable: fix_hint(executable, driver)  # noqa: E731
+        group = f"kproxy-executor-check-{uuid.uuid4().hex}"
+
+        def ask() -> dict:
+            context.setJobGroup(group, "kproxy: the executors' Python")
+            return context.parallelize([0], 1).map(probe).collect()[0]
 
     def run() -> None:
-        context.setJobGroup(group, "kproxy: the executors' Python")
         try:
-            outcome["found"] = context.parallelize([0], 1).map(probe).collect()[0]
+            outcome["found"] = ask()
         except BaseException as exc:  # noqa: BLE001 - judged below, on the calling thread
             outcome["error"] = exc
 
@@ -306,15 +324,47 @@ def check_executors(spark, progress: Progress) -> dict:  # noqa: ANN001 - a Spar
         # A cluster with no free cores (or too little memory for
         # spark.executor.memory) never starts an executor; Spark only logs it.
         progress(f"still waiting for an executor after {time.monotonic() - started:.0f} s: does the cluster "
-                 f"have a worker with a free core and spark.executor.memory "
-                 f"({context.getConf().get('spark.executor.memory', '1g')}) to spare?")
+                 f"have a worker with a free core and spark.executor.memory ({memory}) to spare?")
     if "error" in outcome:
-        raise ClusterSetupError(f"{explain_failure(outcome['error'], python_exec)}. {fix_hint(python_exec, driver)}")
+        raise ClusterSetupError(f"{explain_failure(outcome['error'], python_exec)}. {hint(python_exec)}")
     found = outcome["found"]
     problems = judge(found, driver)
     if problems:
-        raise ClusterSetupError("; ".join(problems) + ". " + fix_hint(python_exec, driver))
+        # A Connect client knows the executors' Python only from their answer.
+        raise ClusterSetupError("; ".join(problems) + ". " + hint(found["executable"] if connect else python_exec))
     return found
+
+
+def _probe_frame(spark, probe: Callable[[object], dict]):  # noqa: ANN001, ANN202 - session in, DataFrame out
+    """One row: the executor's answer to `probe`, as JSON, computed by a
+    plain (pickled, not Arrow) Python UDF, so that an executor without
+    pyarrow still answers and is told what it lacks."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    def answer(_: object) -> str:
+        return json.dumps(probe(0))
+
+    return spark.range(0, 1, 1, 1).select(F.udf(answer, "string", useArrow=False)("id").alias("found"))
+
+
+def _connect_setting(spark, name: str, default: str) -> str:  # noqa: ANN001 - a Connect SparkSession
+    """A setting of the Connect server as its client may read it, or `default`."""
+    try:
+        return spark.conf.get(name, default) or default
+    except Exception:  # noqa: BLE001 - a server may refuse to say; the default is what it runs with then
+        return default
+
+
+def connect_fix_hint(python_exec: str, driver: dict) -> str:
+    """fix_hint for a Spark Connect server: the executors' Python is the
+    server's to choose (a client cannot set spark.pyspark.python)."""
+    return (f"The executors ran {python_exec!r}. Start the Spark Connect server with spark.pyspark.python "
+            "(start-connect-server.sh --conf spark.pyspark.python=/path/to/python) or PYSPARK_PYTHON in its "
+            f"environment pointing at a Python {_major_minor(driver['python'])} that exists on the server and "
+            f"every worker and has {_install_hint(driver, list(EXECUTOR_MODULES))} "
+            "(docs/analysis.md, \"Spark Connect\").")
 
 
 # --- both, once per session ----------------------------------------------------
@@ -352,6 +402,34 @@ def prepare_cluster(spark, progress: Progress) -> None:  # noqa: ANN001 - a Spar
     progress(f"executors: Python {found['python']} ({found['executable']}), {versions}; "
              f"kproxy_spark from {found['analysis_from']}")
     context._kproxy_ready = True
+
+
+#: The Connect sessions (by id) that have kproxy's code and a checked server.
+_CONNECT_READY: set[str] = set()
+
+
+def prepare_connect(spark, progress: Progress) -> None:  # noqa: ANN001 - a Spark Connect SparkSession
+    """Ship the code and check the executors of a Spark Connect session, once
+    per session: the zip goes as a session artifact (``addArtifacts(...,
+    pyfile=True)``: Connect's counterpart of ``addPyFile``, on the Python path
+    of this session's tasks only), and the probe runs as a one-row UDF."""
+    import kproxy
+
+    if spark.session_id in _CONNECT_READY:
+        return
+    dirs = package_dirs()
+    if dirs is None:
+        raise ClusterSetupError("kproxy's packages are not directories on disk (imported from a zip?); "
+                                "a Spark Connect session needs them to build the zip it ships")
+    shipped = analysis_zip(dirs)
+    progress(f"shipping kproxy {kproxy.__version__} to the Spark Connect session ({shipped})")
+    spark.addArtifacts(str(shipped), pyfile=True)
+    progress("checking the executors' Python (the Connect server's)")
+    found = check_executors(spark, progress, connect=True)
+    versions = ", ".join(f"{name} {found['versions'][name]}" for name in ("pyspark", "pyarrow", "pandas"))
+    progress(f"executors: Python {found['python']} ({found['executable']}), {versions}; "
+             f"kproxy_spark from {found['analysis_from']}")
+    _CONNECT_READY.add(spark.session_id)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kproxy_spark.cluster import ClusterSetupError, is_local, prepare_cluster
+from kproxy_spark.cluster import ClusterSetupError, is_local, prepare_cluster, prepare_connect
 from kproxy_spark.report import (
     EXIT_INTERNAL,
     EXIT_USAGE,
@@ -46,19 +46,28 @@ QUICK_START_BYTES = 8 * 1024 * 1024
 
 class JobCounter:
     """How many Spark jobs the analysis launched: every job it runs is in one
-    job group, which Spark's status tracker lists."""
+    job group, which Spark's status tracker lists.
+
+    A Spark Connect client has neither (no SparkContext on its side, and
+    Connect offers no job listing): there the count is None, reported as not
+    available rather than guessed."""
 
     def __init__(self, spark) -> None:
         import uuid
 
-        self._context = spark.sparkContext
+        from kproxy_spark.session import is_connect
+
+        self._context = None if is_connect(spark) else spark.sparkContext
         self._group = f"kproxy-analyze-{uuid.uuid4().hex}"
 
     def join(self) -> None:
         """Put the calling thread's jobs in the group (a per-thread setting)."""
-        self._context.setJobGroup(self._group, "kproxy analyze")
+        if self._context is not None:
+            self._context.setJobGroup(self._group, "kproxy analyze")
 
-    def count(self) -> int:
+    def count(self) -> int | None:
+        if self._context is None:
+            return None
         return len(self._context.statusTracker().getJobIdsForGroup(self._group))
 
 
@@ -70,6 +79,13 @@ def _input_bytes(history_path, traces_dir) -> int:
     if traces_dir is not None:
         size += sum(p.stat().st_size for p in Path(traces_dir).rglob("*") if p.is_file())
     return size
+
+
+def _absolute(path):  # noqa: ANN001, ANN202 - a path, a URL or None, the same back
+    """A local path made absolute; a URL (hdfs://, s3a://) or None as it is."""
+    if path is None or "://" in str(path):
+        return path
+    return str(Path(path).resolve())
 
 
 class InputError(Exception):
@@ -138,6 +154,40 @@ def analyze(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
+    started = time.monotonic()
+    phases: dict[str, float] = {}
+
+    def step(message: str) -> None:
+        # The elapsed time tells where a long analysis spends it.
+        progress(f"{message} (at {time.monotonic() - started:.1f} s)")
+
+    input_bytes = _input_bytes(history_path, traces_dir)
+    from kproxy_spark.session import is_connect_url
+
+    # A Connect session this call opens is closed at its end: the server
+    # keeps a session's cached and checkpointed rows until then.
+    owned_connect = spark is None and is_connect_url(master)
+    if spark is None:
+        step(f"connecting to Spark Connect ({master})" if owned_connect else f"starting Spark ({master})")
+        from kproxy_spark.session import get_session
+
+        spark = get_session(master, quick_start=input_bytes < QUICK_START_BYTES, conf=spark_conf)
+        phases["spark_start"] = round(time.monotonic() - started, 3)
+    try:
+        return _analyze_in(spark, history_path, traces_dir, out, derived, names, isolation, ww_deps, broker,
+                           input_bytes, started, phases, step)
+    finally:
+        if owned_connect:
+            try:
+                spark.stop()
+            except Exception:  # noqa: BLE001 - a server already gone has freed the session; the analysis's own error counts
+                pass
+
+
+def _analyze_in(spark, history_path, traces_dir, out: Path, derived: bool, names, isolation: str, ww_deps: bool,
+                broker: dict | None, input_bytes: int, started: float, phases: dict[str, float],
+                step: Progress) -> dict:
+    """analyze()'s work once it has a session."""
     from kproxy_spark.checks import (
         allowed_anomalies,
         cases_of,
@@ -149,13 +199,7 @@ def analyze(
     from kproxy_spark.checks.keypass import run_pass
     from kproxy_spark.history import load_history
     from kproxy_spark.report import history_timeline, history_totals, read_timeline
-
-    started = time.monotonic()
-    phases: dict[str, float] = {}
-
-    def step(message: str) -> None:
-        # The elapsed time tells where a long analysis spends it.
-        progress(f"{message} (at {time.monotonic() - started:.1f} s)")
+    from kproxy_spark.session import is_connect
 
     def timed(phase: str, work: Callable[[], object]) -> Callable[[], object]:
         def run() -> object:
@@ -168,14 +212,17 @@ def analyze(
                 step(f"{phase.replace('_', ' ')} done")
         return run
 
-    input_bytes = _input_bytes(history_path, traces_dir)
-    if spark is None:
-        step(f"starting Spark ({master})")
-        from kproxy_spark.session import get_session
-
-        spark = get_session(master, quick_start=input_bytes < QUICK_START_BYTES, conf=spark_conf)
-        phases["spark_start"] = round(time.monotonic() - started, 3)
-    if not is_local(spark.sparkContext.master):
+    connect = is_connect(spark)
+    if connect:
+        # The server reads the inputs, from its own working directory: a
+        # relative path means where the command runs, as in local mode.
+        history_path, traces_dir = (_absolute(path) for path in (history_path, traces_dir))
+        begun = time.monotonic()
+        prepare_connect(spark, step)
+        phases["cluster_setup"] = round(time.monotonic() - begun, 3)
+        step("Spark Connect: the analysis's Spark jobs are not counted (Connect has no status tracker); "
+             "report.json says spark_jobs: null")
+    elif not is_local(spark.sparkContext.master):
         begun = time.monotonic()
         prepare_cluster(spark, step)
         phases["cluster_setup"] = round(time.monotonic() - begun, 3)
@@ -340,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     progress = _quiet if args.quiet else (lambda msg: print(f"[analyze] {msg}", file=sys.stderr, flush=True))
+    from kproxy_spark.session import ConnectError
+
     spark = None
     if args.master is None:
         # Under spark-submit the master comes from --master there; keep it.
@@ -351,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = analyze(args.history, args.traces, args.out, args.master or "local[*]",
                          args.isolation, progress, spark=spark, ww_deps=args.ww_deps)
-    except (InputError, ClusterSetupError) as exc:
+    except (InputError, ClusterSetupError, ConnectError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - the exit code must say "internal error"

@@ -73,6 +73,8 @@ def _plain(value: Any) -> Any:
 def describe_jobs(frame: Any, text: str | None) -> None:
     """Label the Spark jobs that follow (Spark UI, event log) with what they
     compute, so a slow check can be told from the others."""
+    # A Spark Connect session has no SparkContext (its attribute raises an
+    # AttributeError): its jobs go unlabelled.
     context = getattr(getattr(frame, "sparkSession", None), "sparkContext", None)
     if context is not None:
         context.setJobDescription(text)

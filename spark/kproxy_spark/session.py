@@ -36,7 +36,11 @@ def get_session(
     ``quick_start`` (a small input) keeps the driver JVM on its quick JIT
     tier: it compiles sooner and cheaper, which is what a run of a few
     seconds needs; long runs want the optimising tier.
+    A Spark Connect URL (``sc://host:port``) as ``master`` gives a session
+    of that server instead (`connect_session`).
     """
+    if is_connect_url(master):
+        return connect_session(master, conf)
     if master.startswith("local"):
         # Python workers must be this interpreter: the system one lacks
         # pyarrow and pandas, which the grouped Arrow passes need. (On a
@@ -85,6 +89,116 @@ def get_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+#: The settings get_session gives a classic session that a Spark Connect
+#: client may set too: SQL settings of its own session on the server.
+CONNECT_SETTINGS = {
+    "spark.sql.shuffle.partitions": lambda: os.environ.get("KPROXY_SPARK_PARTITIONS", "4"),
+    "spark.sql.adaptive.coalescePartitions.enabled": lambda: "true",
+    "spark.sql.autoBroadcastJoinThreshold": lambda: "-1",
+    SINGLE_PARTITION_BYTES: lambda: UNBOUNDED,
+    "spark.sql.session.timeZone": lambda: "UTC",
+    "spark.sql.ansi.enabled": lambda: "false",
+}
+#: What get_session sets on a classic session and a Connect client cannot:
+#: they are fixed when the server starts (its own --conf decides them). None
+#: changes a verdict: memory, the UI, logging, where a warehouse would be,
+#: and the JVM-side call sites of column functions, which a Connect client
+#: builds in Python without calling the JVM at all.
+SERVER_ONLY_SETTINGS = (
+    "spark.driver.memory", "spark.driver.extraJavaOptions", "spark.default.parallelism", "spark.ui.enabled",
+    "spark.ui.showConsoleProgress", "spark.python.sql.dataFrameDebugging.enabled",
+    "spark.sql.catalogImplementation", "spark.sql.warehouse.dir",
+)
+#: How long the analysis waits for a Connect server's port to answer before
+#: it says the server cannot be reached (Spark's own client retries for minutes).
+CONNECT_TIMEOUT_S = 10.0
+
+
+class ConnectError(Exception):
+    """A Spark Connect server that cannot be reached or cannot take a setting
+    (a usage error: exit code 2)."""
+
+
+def is_connect_url(master: str | None) -> bool:
+    return bool(master) and master.startswith("sc://")
+
+
+def is_connect(spark) -> bool:  # noqa: ANN001 - a SparkSession of either kind
+    """Whether `spark` is a Spark Connect client's session (no SparkContext,
+    no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def connect_session(url: str, conf: dict[str, str] | None = None):  # noqa: ANN201 - a Connect SparkSession
+    """A session of the Spark Connect server at `url`, with the analysis's SQL
+    settings (CONNECT_SETTINGS) and the caller's ``conf``.
+
+    The server's port is tried first, with a deadline: Spark's client would
+    otherwise retry an unreachable address for minutes. A setting in ``conf``
+    the server refuses from a client (a static one, fixed when the server
+    started) is an error that names it; the analysis's own SERVER_ONLY_SETTINGS
+    are left to the server.
+    """
+    import socket
+
+    from pyspark.errors import PySparkValueError
+
+    try:
+        from pyspark.sql.connect.client.core import DefaultChannelBuilder
+    except ImportError as exc:
+        raise ConnectError(f"Spark Connect's client does not import ({exc}); install it: "
+                           "pip install 'kproxy[analysis]' (or 'pyspark[connect]')") from None
+    try:
+        channel = DefaultChannelBuilder(url)
+    except PySparkValueError as exc:
+        raise ConnectError(f"{url} is not a Spark Connect URL: {str(exc).splitlines()[0]}") from None
+    host, _, port = channel.endpoint.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError) as exc:
+        raise ConnectError(f"cannot reach the Spark Connect server at {url} ({channel.endpoint}: "
+                           f"{getattr(exc, 'strerror', None) or exc}); is it running (sbin/start-connect-server.sh) "
+                           "and is the port open from here?") from None
+    _allow_deep_plans()
+    session = SparkSession.builder.remote(url).getOrCreate()
+    settings = {name: value() for name, value in CONNECT_SETTINGS.items()}
+    try:
+        server_master = session.conf.get("spark.master", "") or ""
+    except Exception:  # noqa: BLE001 - a server that will not say is taken for a cluster
+        server_master = ""
+    # As get_session decides it: adaptive execution pays on a cluster only.
+    settings["spark.sql.adaptive.enabled"] = "false" if server_master.startswith("local") else "true"
+    settings.update(conf or {})
+    for name, setting in settings.items():
+        try:
+            session.conf.set(name, setting)
+        except Exception as exc:  # noqa: BLE001 - the server's AnalysisException says why
+            refused = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            session.stop()
+            raise ConnectError(f"the Spark Connect server at {url} refuses {name}={setting} from a client "
+                               f"({refused}): set it when the server starts "
+                               "(start-connect-server.sh --conf ...)") from None
+    return session
+
+
+def _allow_deep_plans() -> None:
+    """Let this process's protobuf build and read plans nested deeper than
+    its default limit of 100 levels.
+
+    A Connect client sends each plan as nested protobuf messages, one level
+    per operation, and copies it (a parse) when it wraps it in a command. The
+    wire views are built of a few hundred joins, windows and projections over
+    the traces: their plans run past 100 levels, and the client failed with
+    `Exceeded upb_DecodeOptions_MaxDepth`. The server reads them up to
+    spark.connect.grpc.marshallerRecursionLimit (1024 by default).
+    """
+    try:
+        from google._upb import _message
+    except ImportError:  # the pure-Python or C++ protobuf: neither has the 100-level limit of upb
+        return
+    _message.SetAllowOversizeProtos(True)
 
 
 #: Input bytes per shuffle partition the analysis aims for.
@@ -137,13 +251,20 @@ def storage_level(spark: SparkSession):  # noqa: ANN201 - a pyspark StorageLevel
 
 class KeptRows:
     """What `keep` holds: release() (alias unpersist(), as a cached frame
-    has) frees the rows, whoever still refers to the frame."""
+    has) frees the rows, whoever still refers to the frame.
+
+    On Spark Connect the checkpointed rows live on the server under the
+    frame's id, and no client call frees them by hand: the server drops them
+    when the client lets go of the frame (its last reference) or when the
+    session ends, which the analysis does for a session it started. Release
+    is then nothing to do."""
 
     def __init__(self, frame) -> None:  # noqa: ANN001 - a DataFrame
-        self._rdd = frame._jdf.queryExecution().analyzed().rdd()
+        self._rdd = None if is_connect(frame.sparkSession) else frame._jdf.queryExecution().analyzed().rdd()
 
     def unpersist(self) -> None:
-        self._rdd.unpersist(False)
+        if self._rdd is not None:
+            self._rdd.unpersist(False)
 
     release = unpersist
 
@@ -183,12 +304,15 @@ def one_partition(frame, joined: bool = False):  # noqa: ANN001, ANN201 - DataFr
     width, so the limit (ONE_PARTITION_ROWS, far above any small input)
     puts the estimate back in reach. `joined`: the frame is built by joins,
     so its estimate is past reach without asking (asking optimises its plan
-    once more).
+    once more). A Spark Connect client cannot ask for the estimate (it is
+    the JVM's, behind `_jdf`): there every frame gets the limit, which keeps
+    the same rows in the same order, and costs only a node in the plan.
     """
     if not shuffles_into_one(frame.sparkSession):
         return frame
     frame = frame.coalesce(1)
-    if joined or frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes() > PLAUSIBLE_BYTES:
+    if joined or is_connect(frame.sparkSession) or \
+            frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes() > PLAUSIBLE_BYTES:
         frame = frame.limit(ONE_PARTITION_ROWS)
     return frame
 

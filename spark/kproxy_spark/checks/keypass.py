@@ -171,13 +171,27 @@ def history_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_B
     when not given: one small job)."""
     if membership is None:
         membership = collect_membership(ops)
-    shared = ops.sparkSession.sparkContext.broadcast(membership)
+    shared = _shared_with_tasks(ops.sparkSession, membership)
 
     def per_key(table):  # noqa: ANN001, ANN202 - pyarrow.Table in and out
         key = table.column("key")[0].as_py()
-        return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns, proven, shared.value))
+        return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns, proven, shared()))
 
     return key_events(ops).groupBy("key").applyInArrow(per_key, OUTPUT_SCHEMA)
+
+
+def _shared_with_tasks(spark, value: Membership) -> Callable[[], Membership]:
+    """How every task of the pass reads `value`: a broadcast variable on a
+    classic session (sent once per executor); on Spark Connect, which has no
+    broadcast variables (they are the SparkContext's), inside the pass's own
+    function, pickled with it into the plan. Either way every key sees the
+    same membership, so the cases are the same."""
+    from kproxy_spark.session import is_connect
+
+    if is_connect(spark):
+        return lambda: value
+    broadcast = spark.sparkContext.broadcast(value)
+    return lambda: broadcast.value
 
 
 @dataclass
