@@ -16,7 +16,8 @@ Exit codes:
   2  usage or input error (missing or unreadable history / traces;
      a history line that breaks the format: FILE:LINE: message;
      without --history, traces not at level `records`;
-     a cluster whose executors cannot run the analysis)
+     a cluster whose executors cannot run the analysis;
+     a Spark Connect server that cannot be reached or refuses a --conf)
   3  internal error (Spark or the analysis failed)
   4  unknown: nothing could be judged, or writes are unseen and the
      history has no final reads
@@ -27,6 +28,7 @@ Examples:
   kproxy analyze --traces app-run/traces --out app-run/report     # any application: history from the wire
   kproxy analyze --history jepsen.jsonl --out report --master spark://host:7077 \\
       --conf spark.pyspark.python=/opt/venv/bin/python
+  kproxy analyze --traces run/traces --out run/report --remote sc://spark-connect:15002
 """
 
 
@@ -66,6 +68,13 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, settings: tuple[st
     return conf
 
 
+def remote_url(_ctx: click.Context, _param: click.Parameter, url: str | None) -> str | None:
+    """A Spark Connect URL, sc://HOST[:PORT][/;param=value...]; anything else is a usage error."""
+    if url is not None and not url.startswith("sc://"):
+        raise click.BadParameter(f"{url!r} is not a Spark Connect URL (sc://HOST:PORT)", param_hint="--remote")
+    return url
+
+
 @click.command(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--history", "history", type=click.Path(dir_okay=False), default=None,
               help="Client history: JSON Lines of Jepsen-style operations (kproxy workload or kproxy history import). "
@@ -78,6 +87,10 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, settings: tuple[st
               help="Output directory; report.json and report.html are written there.")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master URL, e.g. local[2] or spark://host:7077.")
+@click.option("--remote", default=None, metavar="sc://HOST:PORT", callback=remote_url,
+              help="Run the analysis on a Spark Connect server instead of a Spark of its own (instead of "
+                   "--master); kproxy's code is shipped to the server's session and its executors' Python is checked "
+                   "first. Settings the server fixes at its start are its own (docs/analysis.md, \"Spark Connect\").")
 @click.option("--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", callback=_spark_conf,
               help="A Spark setting, as spark-submit's --conf (repeatable). On a cluster, spark.pyspark.python "
                    "names the executors' Python (default: PYSPARK_PYTHON, else python3 on the workers).")
@@ -94,8 +107,8 @@ def _spark_conf(_ctx: click.Context, _param: click.Parameter, settings: tuple[st
               help="Analyse in the warm engine when one runs (kproxy engine start) and neither --master nor "
                    "--conf is given; --no-engine starts Spark here anyway.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr and no summary on stdout.")
-def analyze(history: str | None, traces: str | None, out: str, master: str, spark_conf: dict[str, str],
-            isolation: str, ww_deps: bool, use_engine: bool, quiet: bool) -> None:
+def analyze(history: str | None, traces: str | None, out: str, master: str, remote: str | None,
+            spark_conf: dict[str, str], isolation: str, ww_deps: bool, use_engine: bool, quiet: bool) -> None:
     """Check a client history, and with --traces correlate it with the
     proxy's wire traces, using Spark; write report.json and report.html to
     --out and print a short summary. With --traces and no --history, check
@@ -107,8 +120,9 @@ def analyze(history: str | None, traces: str | None, out: str, master: str, spar
     ambiguous errors and broker-level aborted reads, and attribute them to
     fault rules. See docs/analysis.md.
 
-    On a cluster master (spark://...) kproxy's own code is shipped to the
-    executors and their Python is checked before any input is read.
+    On a cluster master (spark://...) or a Spark Connect server (--remote
+    sc://...) kproxy's own code is shipped to the executors and their Python
+    is checked before any input is read.
     """
     def progress(message: str) -> None:
         if not quiet:
@@ -121,6 +135,9 @@ def analyze(history: str | None, traces: str | None, out: str, master: str, spar
     except MissingPrerequisite as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
+    if remote is not None and master != "local[*]":
+        raise click.UsageError("give --master or --remote, not both: --remote runs the analysis on that Spark "
+                               "Connect server, whose own master decides where")
     if history is None and traces is None:
         click.echo("error: give --history, --traces, or both (--traces alone derives the history from the wire)",
                    err=True)
@@ -134,6 +151,7 @@ def analyze(history: str | None, traces: str | None, out: str, master: str, spar
         from kproxy_spark.jobs import InputError
         from kproxy_spark.jobs import analyze as run_analysis
         from kproxy_spark.report import exit_code, format_summary
+        from kproxy_spark.session import ConnectError
     except ImportError as exc:  # present (checked above) but broken
         click.echo(f"error: the analysis dependencies do not import: {exc}; reinstall them: "
                    f"pip install --force-reinstall 'kproxy[analysis]'", err=True)
@@ -142,13 +160,14 @@ def analyze(history: str | None, traces: str | None, out: str, master: str, spar
 
     try:
         report = None
-        if use_engine and master == "local[*]" and not spark_conf:
+        if use_engine and master == "local[*]" and remote is None and not spark_conf:
             report = analyze_if_running({"history": history, "traces": traces, "out": out, "isolation": isolation,
                                          "ww_deps": ww_deps}, progress)
         if report is None:
-            report = run_analysis(history, traces, out, master=master, isolation=isolation, progress=progress,
-                                  ww_deps=ww_deps, spark_conf=spark_conf)
-    except (InputError, FileNotFoundError, ClusterSetupError, EngineInputError) as exc:
+            # A Connect URL in place of the master: kproxy_spark.session opens a Connect session for it.
+            report = run_analysis(history, traces, out, master=remote or master, isolation=isolation,
+                                  progress=progress, ww_deps=ww_deps, spark_conf=spark_conf)
+    except (InputError, FileNotFoundError, ClusterSetupError, ConnectError, EngineInputError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except EngineError as exc:

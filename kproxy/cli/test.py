@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kproxy.brokers import KINDS
+from kproxy.cli.analyze import remote_url
 from kproxy.testing.harness import DEFAULT_KIND
 
 # Kept in step with kproxy.testing.runner (importing it here would start nothing, but --help needs none of it).
@@ -74,6 +75,9 @@ def _terminate(signum: int, frame: object) -> None:
               help="Stop the command after this long (SIGTERM to its process group, SIGKILL 10 s later) and "
                    "judge what it did; for services that run until stopped. Default: wait for it to exit.")
 @click.option("--master", default="local[*]", show_default=True, metavar="URL", help="Spark master URL of the analysis.")
+@click.option("--remote", default=None, metavar="sc://HOST:PORT", callback=remote_url,
+              help="Analyse on this Spark Connect server instead of a Spark of its own (instead of --master; "
+                   "docs/analysis.md, \"Spark Connect\").")
 @click.option("--final-read/--no-final-read", "final_read", default=True, show_default=True,
               help="After the command, read every topic it made back from offset 0 through kproxy "
                    "(read_committed, client id kproxy-final-read), so a write no consumer read is judged lost "
@@ -84,7 +88,7 @@ def _terminate(signum: int, frame: object) -> None:
               help="Output directory (created): traces, report, logs. One that holds traces already is refused.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr (the summary is still printed).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="-- COMMAND [ARGS]...")
-def kproxy_test(broker_kind, bootstrap, rules_file, guard, seed, transaction_version, duration, master,
+def kproxy_test(broker_kind, bootstrap, rules_file, guard, seed, transaction_version, duration, master, remote,
          final_read, no_analyze, out, quiet, command) -> None:
     """Run COMMAND (your application or test suite) through kproxy and judge
     what it did on the wire.
@@ -102,6 +106,8 @@ def kproxy_test(broker_kind, bootstrap, rules_file, guard, seed, transaction_ver
 
     if not command:
         raise click.UsageError("no command to run: give it after --, e.g. kproxy test --out out -- python app.py {bootstrap}")
+    if remote is not None and master != "local[*]":
+        raise click.UsageError("give --master or --remote, not both")
     if bootstrap is not None and not is_host_port(bootstrap):
         raise click.BadParameter(f"{bootstrap!r} is not one HOST:PORT", param_hint="--bootstrap")
     _check_setup(broker_kind, bootstrap, transaction_version)
@@ -127,7 +133,8 @@ def kproxy_test(broker_kind, bootstrap, rules_file, guard, seed, transaction_ver
     settings = RunSettings(
         command=tuple(command), out=out, broker=None if bootstrap else (broker_kind or DEFAULT_KIND),
         bootstrap=bootstrap, rules=rules_file, guard=guard, seed=seed, transaction_version=transaction_version,
-        duration=duration, master=master, analyze=not no_analyze, final_read=final_read,
+        # A Connect URL in place of the master: the analysis opens a Connect session for it.
+        duration=duration, master=remote or master, analyze=not no_analyze, final_read=final_read,
     )
     signal.signal(signal.SIGTERM, _terminate)
     try:
