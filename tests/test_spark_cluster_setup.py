@@ -23,8 +23,10 @@ from kproxy_spark import cluster
 from kproxy_spark.cluster import EXECUTOR_MODULES, analysis_zip, explain_failure, judge, package_dirs
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Imported by the analysis but only on the driver: report.html is drawn there.
-DRIVER_ONLY = {"matplotlib"}
+#: Imported by the analysis but only on the driver: report.html is drawn
+#: there; protobuf's `google._upb` only by a Spark Connect client, to build
+#: its plans (kproxy_spark.session).
+DRIVER_ONLY = {"matplotlib", "google"}
 
 
 def sources() -> dict[str, Path]:
