@@ -84,6 +84,7 @@ def test_the_demo_runs_against_a_broker_it_did_not_start(scenario_runs):
     assert run.report["broker"]["started_by_kproxy"] is False
     assert run.report["stats"]["completed_ops"] > 10
     # Each run created topics under its own prefix only, and left the others alone.
+    assert not scenario_runs.failed, f"the topics of failed runs are not accounted for: {sorted(scenario_runs.failed)}"
     created = tansu.topics_after - tansu.topics_before
     prefixes = {r.topic_prefix for k, r in scenario_runs.items() if k.endswith("@tansu")}
     assert all(any(t.startswith(p + "-") for p in prefixes) for t in created), sorted(created)
