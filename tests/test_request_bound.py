@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from kproxy.io.backpressure import client_hung_up
-from kproxy.proxy_process import running_proxy
+from kproxy.proxy_process import ProxyProcess, running_proxy
 from tests.fixtures.scripted import ScriptedUpstream
 
 OPAQUE_API = 9999  # unknown to the proxy: forwarded and answered untouched
@@ -62,6 +62,9 @@ class AnsweringUpstream(ScriptedUpstream):
                     self.received.append(corr)
                 if self.answer_at_once:
                     self._send(conn, corr)
+        # The proxy passes on a client's half-close: answer what is still unanswered before closing.
+        if mine:
+            wait_for(lambda: self.answered >= len(self.seen()), timeout=10)
 
     def _send(self, conn: socket.socket, corr: int) -> None:
         with self.lock:
@@ -106,7 +109,7 @@ def connect(bootstrap: str) -> socket.socket:
     return s
 
 
-def held(proxy) -> dict:  # noqa: ANN001
+def held(proxy: ProxyProcess) -> dict:
     return httpx.get(f"{proxy.admin_url}/debug/memory?held", timeout=5).json()
 
 
@@ -156,7 +159,8 @@ def test_no_limit_reads_everything_at_once(tmp_path) -> None:
 
 
 def test_answers_stuck_behind_a_dropped_request_pause_the_client_until_it_hangs_up(tmp_path) -> None:
-    rules = rule_file(tmp_path, {"id": "lose-it", "match": {"api": "heartbeat", "client_id": "lost"}, "action": {"type": "drop"}})
+    rules = rule_file(tmp_path, {"id": "lose-it", "match": {"api": "heartbeat", "client_id": "lost"},
+                                 "action": {"type": "drop"}})
     with AnsweringUpstream(answer_at_once=True) as upstream, running_proxy(
         upstream.address, "--connect-timeout", "2", "--max-outstanding-requests", "3", "--rules", rules,
         log_path=tmp_path / "kproxy.log",
@@ -168,10 +172,29 @@ def test_answers_stuck_behind_a_dropped_request_pause_the_client_until_it_hangs_
         time.sleep(0.5)
         assert upstream.seen() == [2, 3]
         assert held(proxy)["paused_connections"] == 1
-        # The client gives up: its hang-up is seen behind the requests it sent before it, which go on.
+        # The client gives up. Nothing more could be answered on this connection (no answer overtakes
+        # the dropped one): it closes at once, without the requests the proxy had not read.
         s.shutdown(socket.SHUT_WR)
-        assert wait_for(lambda: upstream.seen() == list(range(2, 12)), timeout=5)
-        assert held(proxy)["paused_connections"] == 0
+        assert wait_for(lambda: held(proxy)["connections"] == 0, timeout=5)
+        assert upstream.seen() == [2, 3]
+        assert s.recv(100) == b""
+        s.close()
+
+
+def test_a_client_that_half_closes_while_paused_gets_every_answer(tmp_path) -> None:
+    with AnsweringUpstream() as upstream, running_proxy(
+        upstream.address, "--connect-timeout", "2", "--max-outstanding-requests", "3",
+        log_path=tmp_path / "kproxy.log",
+    ) as proxy:
+        s = connect(proxy.bootstrap)
+        s.sendall(b"".join(request(corr) for corr in range(1, 11)))
+        assert wait_for(lambda: held(proxy)["paused_connections"] == 1)
+        assert upstream.seen() == [1, 2, 3]
+        # Its hang-up is seen behind the requests it sent before it, which are then read and forwarded.
+        s.shutdown(socket.SHUT_WR)
+        assert wait_for(lambda: upstream.seen() == list(range(1, 11)), timeout=5)
+        upstream.answer_next(10)
+        assert read_answers(s, 10) == list(range(1, 11))
         s.close()
 
 

@@ -12,12 +12,18 @@ Each held request leaves by its answer, a rule's timer, or the connection's
 close. A request a rule dropped, and every answer behind it, leave only at
 the close, which comes when the client gives up on it: so a paused
 connection watches for its client's hang-up, which would otherwise wait
-unread behind the requests sent before it, and a hang-up ends the pause
-for good (what the client sent before it is read and forwarded as without
-the bound). A hold released by a request the client has yet to send (its
-retry, its next transaction's records) must see that request arrive: while
-one waits, no connection pauses. docs/reliability.md says why the bound is
-what it is.
+unread behind the requests sent before it. If the request at the head of
+the connection can never be answered on it (dropped, or held for a ghost
+delivery), no later answer can reach the client either, and the
+connection closes at once: the requests it had not read go with it, as
+with a broker that had not read them (reading them on would only make the
+broker work for answers thrown away, all at once on every connection the
+fault stopped). Otherwise a hang-up ends the pause for good: what the
+client sent before it is read and forwarded as without the bound, and a
+client that only half-closed gets its answers. A hold released by a
+request the client has yet to send (its retry, its next transaction's
+records) must see that request arrive: while one waits, no connection
+pauses. docs/reliability.md says why the bound is what it is.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 import trio
 
 from kproxy.io import tls
+from kproxy.io.errors import ConnectionClosed
 
 # kproxy.io.connection.ClientConnection, which imports this module.
 ClientConnection = Any
@@ -64,6 +71,13 @@ def client_hung_up(sock: trio.socket.SocketType | tls.TlsSocket) -> bool:
     return bool(poller.poll(0))
 
 
+def never_answered(ex: Any) -> bool:
+    """Whether a request can never be answered on its client's connection (a rule dropped it, or holds it for a ghost)."""
+    if ex.outcome == "dropped":
+        return ex.response_frame is None
+    return ex.outcome == "held" and getattr(ex.decision, "ghost", False)
+
+
 def may_pause(conn: ClientConnection) -> bool:
     if conn.hung_up:
         return False
@@ -80,6 +94,10 @@ async def wait_for_room(conn: ClientConnection) -> None:
     try:
         while len(conn.order) >= conn.max_outstanding:
             if client_hung_up(conn.client):
+                if never_answered(conn.order[0]):
+                    raise ConnectionClosed(
+                        "client_closed", "client hung up behind a request that will never be answered on this "
+                                         "connection; closing without reading the requests it sent after the bound")
                 conn.hung_up = True
                 return
             if not may_pause(conn):
