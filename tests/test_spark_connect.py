@@ -111,3 +111,9 @@ def test_remote_takes_only_a_connect_url_and_not_with_master(tmp_path):
                               env=connect_env(tmp_path / "cache"), cwd=tmp_path, capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 2 and said in done.stderr, done.stderr[-2000:]
+    # kproxy test takes the same option for its verdict, refused the same way before anything starts.
+    done = subprocess.run(kproxy_command("test", "--remote", "sc://127.0.0.1:15002", "--master", "local[1]",
+                                         "--out", str(tmp_path / "t"), "--", "true"),
+                          env=connect_env(tmp_path / "cache"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "not both" in done.stderr, done.stderr[-2000:]
+    assert not (tmp_path / "t").exists()
