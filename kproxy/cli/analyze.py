@@ -128,10 +128,11 @@ def analyze(history: str | None, traces: str | None, out: str, master: str, remo
         if not quiet:
             click.echo(f"[analyze] {message}", err=True)
 
-    from kproxy.prereqs import MissingPrerequisite, check_spark_prerequisites
+    from kproxy.prereqs import MissingPrerequisite, check_analysis, check_spark_prerequisites
 
     try:
-        check_spark_prerequisites("analyze")
+        # A Spark Connect client starts no JVM here: Java is the server's need, not this machine's.
+        check_analysis("analyze") if remote is not None else check_spark_prerequisites("analyze")
     except MissingPrerequisite as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
