@@ -18,7 +18,8 @@ pytest_plugins = sorted(
 #: the suite by file over two workers, and the run ends when the longer queue
 #: does: started first, these files are not left to run alone at the end.
 LONGEST_FIRST = ("test_scenarios_e2e.py", "test_kafka_live.py", "test_install.py", "test_shrink.py",
-                 "test_spark_standalone.py", "test_engine.py", "test_wire_causes.py", "test_wire_checks.py")
+                 "test_spark_standalone.py", "test_spark_connect.py", "test_engine.py", "test_wire_causes.py",
+                 "test_wire_checks.py")
 
 
 def pytest_collection_modifyitems(items) -> None:  # noqa: ANN001 - pytest's hook
