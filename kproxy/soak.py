@@ -80,6 +80,10 @@ class Sample:
     # bound (--max-outstanding-requests) at the sample.
     exchanges_one_connection_max: int = -1
     paused_connections: int = -1
+    # Trace events waiting for the writer at the sample, and the seconds the data path has
+    # waited for room in its queue so far (its peaks are the other source of memory steps).
+    trace_queue_depth: int = -1
+    trace_backpressure_s: float = -1.0
     # Who holds the memory (kproxy.obs.memory): pymalloc's arenas (1 MiB each) and the
     # bytes in their blocks; glibc's bytes in use and free, main heap and threads' arenas.
     arenas: int = -1
@@ -227,20 +231,27 @@ def _debug_memory(admin_url: str, *, held_only: bool = False) -> dict[str, Any]:
         return {}
 
 
-def _client_connections(admin_url: str) -> int:
+def _scraped(admin_url: str) -> tuple[int, int, float]:
+    """From /metrics: client connections open, trace events waiting for the writer, and the seconds
+    the data path has waited for room in the writer's queue (-1 where the scrape failed)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    connections, queued, waited = 0, -1, -1.0
     try:
         response = httpx.get(f"{admin_url}/metrics", timeout=5)
         if response.status_code != 200:
-            return -1
+            return -1, -1, -1.0
         for family in text_string_to_metric_families(response.text):
             for sample in family.samples:
                 if sample.name == "kproxy_connections_open" and sample.labels.get("side") == "client":
-                    return int(sample.value)
+                    connections = int(sample.value)
+                elif sample.name == "kproxy_trace_queue_depth":
+                    queued = int(sample.value)
+                elif sample.name == "kproxy_trace_backpressure_seconds_total":
+                    waited = sample.value
     except (httpx.HTTPError, ValueError):  # a proxy going down answers with an error page, or not at all
-        return -1
-    return 0
+        return -1, -1, -1.0
+    return connections, queued, waited
 
 
 class _Clients:
@@ -413,7 +424,7 @@ def _sample_until(proxy: Any, start: float, end: float, sample_s: float, result:
             rss, fds, cpu = _proc_sample(proxy.process.pid)
         except OSError:  # the proxy has just exited: the soak's loop says so
             return
-        conns = _client_connections(proxy.admin_url)
+        conns, trace_queued, trace_waited = _scraped(proxy.admin_url)
         load1 = os.getloadavg()[0]
         mem = _debug_memory(proxy.admin_url)
         pym, glibc, heaps = mem.get("pymalloc", {}), mem.get("glibc", {}), mem.get("glibc_heaps", [])
@@ -425,6 +436,7 @@ def _sample_until(proxy: Any, start: float, end: float, sample_s: float, result:
             exchanges=exchanges, exchanges_max=max(exchanges_max, exchanges),
             exchanges_one_connection_max=max(one_connection_max, mem.get("exchanges_one_connection", -1)),
             paused_connections=mem.get("paused_connections", -1),
+            trace_queue_depth=trace_queued, trace_backpressure_s=round(trace_waited, 1),
             arenas=pym.get("arenas_allocated_current", -1), arenas_highwater=pym.get("arenas_highwater_mark", -1),
             pymalloc_used_kib=pym.get("bytes_in_allocated_blocks", -1024) // 1024,
             glibc_used_kib=glibc.get("in_use_bytes", -1024) // 1024,
@@ -442,7 +454,8 @@ def _sample_until(proxy: Any, start: float, end: float, sample_s: float, result:
                  f"proxy cpu {cpu:7.1f}s  load {load1:5.1f}  phase {phase}  "
                  f"in flight {sample.in_flight:5d} (max {sample.in_flight_max:5d})  held {sample.exchanges:5d} "
                  f"(max {sample.exchanges_max:5d}, {sample.exchanges_one_connection_max:4d} on one connection, "
-                 f"{sample.paused_connections:3d} paused)  arenas {sample.arenas:3d}  "
+                 f"{sample.paused_connections:3d} paused)  trace queue {trace_queued:5d} "
+                 f"(waited {trace_waited:6.1f}s)  arenas {sample.arenas:3d}  "
                  f"pymalloc {sample.pymalloc_used_kib / 1024:5.1f}  gc2 {sample.gc_full_collections} "
                  f"{sample.gc_full_collected}  glibc {sample.glibc_used_kib / 1024:5.1f}"
                  f"+{sample.glibc_free_kib / 1024:4.1f} free  rss heap/threads/anon/file "
