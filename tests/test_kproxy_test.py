@@ -112,6 +112,21 @@ def test_a_bad_rule_file_and_an_earlier_runs_output_are_refused(tmp_path):
     assert result.exit_code == EXIT_USAGE and "traces of an earlier run" in result.output
 
 
+def test_java_is_asked_for_only_when_the_analysis_runs_here(tmp_path, monkeypatch):
+    import kproxy.prereqs as prereqs
+
+    def no_java(command: str) -> None:
+        raise prereqs.MissingPrerequisite(f"kproxy {command}: no Java here")
+
+    monkeypatch.setattr(prereqs, "check_java", no_java)
+    result = CliRunner().invoke(main, ["test", "--out", str(tmp_path / "a"), "--", "no-such-command-here"])
+    assert result.exit_code == EXIT_USAGE and "no Java here" in result.output
+    # On Spark Connect no JVM runs here: it goes on, to the command that is not found.
+    result = CliRunner().invoke(main, ["test", "--remote", "sc://127.0.0.1:15002", "--out", str(tmp_path / "b"),
+                                       "--", "no-such-command-here"])
+    assert result.exit_code == EXIT_COMMAND and "command not found" in result.output
+
+
 def test_a_command_that_is_not_found_fails_at_once_and_starts_nothing(tmp_path):
     mark = uuid.uuid4().hex
     began = time.monotonic()

@@ -118,7 +118,7 @@ def kproxy_test(broker_kind, bootstrap, rules_file, guard, seed, transaction_ver
     except EarlierTracesError as exc:
         raise click.UsageError(str(exc)) from None
     if not no_analyze:
-        _require_analysis()
+        _require_analysis(remote=remote is not None)
     program = substitute(command, "127.0.0.1:0")[0]
     if find_executable(program) is None:
         click.echo(f"kproxy test: command not found: {program} (nothing was started)", err=True)
@@ -169,12 +169,13 @@ def _check_rules(rules_file: Path) -> None:
         raise click.UsageError(str(exc)) from None
 
 
-def _require_analysis() -> None:
-    """Exit 2 at once, with the fix, when the analysis could not run (as kproxy analyze does)."""
-    from kproxy.prereqs import MissingPrerequisite, check_spark_prerequisites
+def _require_analysis(remote: bool) -> None:
+    """Exit 2 at once, with the fix, when the analysis could not run (as kproxy analyze does).
+    On Spark Connect (`remote`) no JVM runs here: the analysis extra alone is needed."""
+    from kproxy.prereqs import MissingPrerequisite, check_analysis, check_spark_prerequisites
 
     try:
-        check_spark_prerequisites("test")
+        check_analysis("test") if remote else check_spark_prerequisites("test")
     except MissingPrerequisite as exc:
         click.echo(f"error: {exc}\n(or run with --no-analyze to keep the trace and analyse it elsewhere)", err=True)
         sys.exit(EXIT_USAGE)
