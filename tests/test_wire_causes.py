@@ -118,3 +118,139 @@ def test_records_past_the_last_stable_offset_after_their_end_txn_are_no_diagnosi
     fetch["partitions"][0]["last_stable_offset"] = 6  # everything served lies below it
     (tmp_path / "below").mkdir()
     assert _wire(spark, tmp_path / "below", scenario)["past-lso-read"] == []
+
+
+
+def _rewritten(scenario: Scenario, upstream_aborted: list[dict]) -> dict:
+    """Mark the scenario's Fetch response as rewritten by rule drop-index,
+    with the broker's own response carrying `upstream_aborted`."""
+    fetch = next(e for e in scenario.events if e["api"] == "fetch" and e["direction"] == "response")
+    [part] = fetch["partitions"]
+    fetch.update(rule="drop-index", action="rewrite", outcome="rewritten",
+                 upstream_partitions=[{**part, "aborted_transactions": upstream_aborted}])
+    return fetch
+
+
+def test_a_rewrite_that_removed_the_cover_is_the_aborted_reads_cause(spark, tmp_path):
+    scenario = torn_scenario(stale=False, listed=False)
+    _rewritten(scenario, [{"producer_id": PID, "first_offset": 0}, {"producer_id": PID, "first_offset": 2}])
+    found = _wire(spark, tmp_path, scenario)
+    [case] = found["broker-aborted-read"]
+    assert case["rules"] == ["drop-index"] and case["cause"]["by"] == "rule"
+    assert case["cause"]["rule"] == "drop-index"
+    impact = {(r["rule"], r["anomaly"]): r["cases"] for r in found["fault-impact"]}
+    assert impact[("drop-index", "broker-aborted-read")] == 1
+
+
+def test_a_rewrite_of_a_list_the_broker_never_filled_causes_nothing(spark, tmp_path):
+    # As on a broker that sends an empty list: removing it changes nothing,
+    # so the aborted read is the broker's, and the rule only acted.
+    scenario = torn_scenario(stale=False, listed=False)
+    _rewritten(scenario, [])
+    found = _wire(spark, tmp_path, scenario)
+    [case] = found["broker-aborted-read"]
+    assert case["rules"] == [] and case["cause"]["by"] == "broker"
+    assert case["response_rule"] == "drop-index"
+    impact = {(r["rule"], r["anomaly"]) for r in found["fault-impact"] if r["rule"] == "drop-index"}
+    assert impact == {("drop-index", "rule-effect")}
+    [effect] = [e for e in found["rule-effect"] if e["rule"] == "drop-index"]
+    assert effect["rule"] == "drop-index" and "responses-rewritten" in effect["effects"]
+
+
+def test_a_record_a_rule_took_out_of_a_response_is_the_lost_writes_cause(spark, tmp_path):
+    scenario = _committed_txns(Scenario(), [([(3, "commit")], []), ([(5, 4), (6, "commit")], [])],
+                               polled=[[5, 4]])
+    fetch = next(e for e in scenario.events if e["api"] == "fetch" and e["direction"] == "response")
+    part = fetch["partitions"][0]
+    upstream = {**part, "records": [{"offset": 2, "key": "7", "value": "2", "control": None, "producer_id": PID,
+                                     "transactional": True}, *part["records"]]}
+    fetch.update(rule="hide", action="rewrite", outcome="rewritten", upstream_partitions=[upstream])
+    report = _analyze(spark, tmp_path, scenario)
+    [lost] = report["anomalies"]["lost-write"]
+    assert lost["value"] == 2 and lost["cause"]["by"] == "rule" and lost["cause"]["rule"] == "hide"
+    assert lost["cause"]["name"] == "removed-by-rule"
+    impact = {(r["rule"], r["anomaly"]): r["cases"] for r in report["stats"]["fault_impact"]}
+    assert impact[("hide", "lost-write")] == 1
+
+
+def test_a_late_copy_that_lands_in_an_aborted_transaction_is_not_a_torn_one(spark, tmp_path):
+    # The client's transaction committed value 1 at offset 0. A late copy of
+    # its Produce landed at offset 2 in the next broker-side transaction,
+    # which aborted: value 1 is committed once and aborted once, yet the
+    # client's transaction is whole.
+    s = Scenario()
+    s.op(0, "ok", "create", [7, "t", 0])
+    s.op(0, "invoke", "txn", [["send", 7, 1]])
+    s.produce(1, 1, [1], base_offset=0, txn=(1, 1))
+    s.end_txn(1, 2, commit=True, txn=(1, 1))
+    s.op(0, "ok", "txn", [["send", 7, [0, 1]]])
+    s.produce(9, 1, [1], base_offset=2, txn=(1, 2), hazard="late_produce", rule="late", action="duplicate",
+              outcome="ghost", copy=1)
+    s.end_txn(1, 3, commit=False, txn=(2, 2))
+    found = _wire(spark, tmp_path, s)
+    assert found["torn-transaction"] == [] and found["client-outcome-mismatch"] == []
+    [late] = found["late-produce"]
+    assert late["landed_fates"] == ["aborted"] and late["copy"] == 1
+    assert "in a transaction that aborted (a copy the proxy delivered" in late["explanation"]
+
+
+def test_a_held_request_delivered_late_counts_as_delivered(spark, tmp_path):
+    s = Scenario()
+    s.op(0, "ok", "create", [8, "t", 0])
+    s.op(0, "invoke", "send", [["send", 8, 1]])
+    s.produce(1, 1, [1], key=8, base_offset=0, rule="hold-it", action="hold", outcome="held")
+    s.op(0, "ok", "send", [["send", 8, [0, 1]]])
+    found = _wire(spark, tmp_path, s)
+    [effect] = found["rule-effect"]
+    assert effect["writes"]["landed_once"] == 1 and effect["writes"]["never_landed"] == 0
+
+
+def test_a_request_its_connection_closed_on_is_lost_not_unanswered(spark, tmp_path):
+    from kproxy_spark.traces import load_traces
+    from kproxy_spark.wire.landings import produce_attempts
+
+    s = Scenario()
+    s.op(0, "ok", "create", [8, "t", 0])
+    s.op(0, "invoke", "send", [["send", 8, 1]])
+    records = [{"offset": None, "key": "8", "value": "1", "producer_id": 2000, "producer_epoch": 0, "sequence": 0,
+                "transactional": False}]
+    s.event(direction="request", api="produce", conn_id=1, correlation_id=1,
+            partitions=[{"topic": "t", "partition": 0, "records": records}])
+    s.event(direction="close", api=None, conn_id=1, close_reason="client_closed",
+            in_flight=[{"conn_id": 1, "correlation_id": 1, "copy": 0, "api": "produce", "api_key": 0,
+                        "api_version": 9, "state": "awaiting_broker"}])
+    s.op(0, "info", "send", [["send", 8, 1]], error="timeout")
+    _, traces_dir = s.write(tmp_path)
+    [attempt] = produce_attempts(load_traces(spark, traces_dir)).collect()
+    assert attempt["status"] == "lost" and attempt["lost_reason"] == "lost: connection closed (client_closed)"
+
+
+def test_a_response_that_leaves_out_committed_records_is_the_lost_writes_cause(spark, tmp_path):
+    # The broker's response serves offsets 0-1 and 5-6 and skips 2, where
+    # committed value 2 lies; the client reads on from 5.
+    scenario = _committed_txns(Scenario(), [([(0, 1), (1, "abort"), (5, 4), (6, "commit")], [(PID, 0)])],
+                               polled=[[5, 4]])
+    report = _analyze(spark, tmp_path, scenario)
+    [gap] = report["anomalies"]["left-out-records"]
+    assert gap["offsets"] == [2] and gap["records"] == [[7, 2]] and gap["cause"]["by"] == "broker"
+    [lost] = report["anomalies"]["lost-write"]
+    assert lost["value"] == 2 and lost["cause"]["name"] == "records-left-out"
+
+
+def test_a_gap_of_aborted_records_or_markers_is_no_diagnosis(spark, tmp_path):
+    # Left out: the aborted value 1 and its abort marker, as a broker that
+    # filters aborted data for read_committed does.
+    scenario = _committed_txns(Scenario(), [([(2, 2), (3, "commit"), (5, 4), (6, "commit")], [])],
+                               polled=[[2, 2], [5, 4]])
+    assert _wire(spark, tmp_path, scenario)["left-out-records"] == []
+
+
+def test_the_rule_that_delivered_the_stale_end_txn_is_the_torn_transactions_cause(spark, tmp_path):
+    # Rule 'a-latency' (first by name) only delayed a Produce; rule 'torn'
+    # delivered the stale EndTxn that decided the records.
+    scenario = torn_scenario()
+    late = next(e for e in scenario.events if e.get("hazard") == "late_produce" and e["direction"] == "request")
+    late["rule"] = "a-latency"
+    [torn] = _wire(spark, tmp_path, scenario)["torn-transaction"]
+    assert set(torn["rules"]) == {"a-latency", "torn"}
+    assert torn["cause"]["rule"] == "torn"
