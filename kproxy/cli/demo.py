@@ -87,12 +87,8 @@ def demo(scenario, broker_kind, bootstrap, upstream_tls, upstream_ca, upstream_c
             load_rule_file(rules_file)
         except RuleFileError as exc:
             raise click.UsageError(str(exc)) from None
-    from kproxy.obs.trace_files import EarlierTracesError, refuse_earlier_traces
+    from kproxy.obs.trace_files import EarlierTracesError
 
-    try:
-        refuse_earlier_traces(out_dir)
-    except EarlierTracesError as exc:
-        raise click.UsageError(str(exc)) from None
     profile = profile_for(scenario)
     overrides = {"concurrency": processes, "max_txn_length": max_txn_length, "key_count": keys}
     profile = replace(profile, **{k: v for k, v in overrides.items() if v is not None})
@@ -103,6 +99,8 @@ def demo(scenario, broker_kind, bootstrap, upstream_tls, upstream_ca, upstream_c
             broker=broker_kind, bootstrap=bootstrap, client=client, rules_file=rules_file, profile=profile,
             upstream_tls=tls_files, client_config=client_config, transaction_version=transaction_version,
         )
+    except EarlierTracesError as exc:  # refused before anything started
+        raise click.UsageError(str(exc)) from None
     except Exception as exc:  # report, don't dump a trace at a new user
         click.echo(f"demo failed: {exc}", err=True)
         sys.exit(3)

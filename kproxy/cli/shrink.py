@@ -63,7 +63,7 @@ def shrink(rules_file, scenario, anomaly, seed, bootstrap, upstream_tls, upstrea
     from kproxy.cli.demo import _require_prerequisites
     from kproxy.faults.errors import RuleFileError
     from kproxy.faults.loader import load_rule_file
-    from kproxy.shrink.runner import EarlierShrinkError, NotReproduced, ShrinkConfig, refuse_earlier_shrink, run_shrink
+    from kproxy.shrink.runner import EarlierShrinkError, NotReproduced, ShrinkConfig, run_shrink
 
     tls_files = upstream_tls_files(upstream_tls, upstream_ca, upstream_cert, upstream_key, upstream_skip_hostname_check)
     check_target(broker_kind, bootstrap, tls_files)
@@ -73,10 +73,6 @@ def shrink(rules_file, scenario, anomaly, seed, bootstrap, upstream_tls, upstrea
         load_rule_file(rules_file)
     except RuleFileError as exc:
         raise click.UsageError(str(exc)) from None
-    try:
-        refuse_earlier_shrink(out_dir)
-    except EarlierShrinkError as exc:
-        raise click.UsageError(str(exc)) from None
     _require_prerequisites("shrink")
     config = ShrinkConfig(rules_file=rules_file, anomaly=anomaly, out_dir=out_dir, scenario=scenario, seed=seed,
                           bootstrap=bootstrap, broker=broker_kind, runs_per_candidate=runs, budget_s=budget * 60,
@@ -84,6 +80,8 @@ def shrink(rules_file, scenario, anomaly, seed, bootstrap, upstream_tls, upstrea
                           upstream_tls=tls_files, client_config=client_config)
     try:
         outcome = run_shrink(config, say=lambda line: click.echo(line))
+    except EarlierShrinkError as exc:  # refused before anything started
+        raise click.UsageError(str(exc)) from None
     except NotReproduced as exc:
         click.echo(f"shrink: {exc}", err=True)
         sys.exit(1)
