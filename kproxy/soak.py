@@ -467,7 +467,7 @@ def _sample_until(proxy: Any, start: float, end: float, sample_s: float, result:
 # What the accounting reads of an event. A 30-minute soak in front of Apache Kafka
 # traces millions of requests: kept whole, they took 12 GB to read back.
 _ACCOUNTED_FIELDS = ("direction", "proxy_id", "conn_id", "correlation_id", "copy", "outcome", "close_reason",
-                     "in_flight", "api", "ts")
+                     "in_flight", "api", "ts", "repeats", "first_correlation_id")
 
 
 def account_traces(traces: Path) -> tuple[int, Any, dict[str, int]]:
@@ -478,7 +478,7 @@ def account_traces(traces: Path) -> tuple[int, Any, dict[str, int]]:
     def slim() -> Any:
         nonlocal count
         for event in iter_trace_events(traces, records=False):  # counts and outcomes: no records needed
-            count += 1
+            count += event.get("repeats") or 1  # a folded idle Fetch event stands for that many
             if event.get("direction") == "close":
                 closes[event.get("close_reason") or "unknown"] += 1
             yield {k: event[k] for k in _ACCOUNTED_FIELDS if k in event}

@@ -81,6 +81,13 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
               show_default=True, metavar="N",
               help="Trace events that may wait for the writer; when they are this many, --trace-on-full decides. "
                    "About half a KB each at level headers (docs/traces.md).")
+@click.option("--trace-fold-idle-fetches/--no-trace-fold-idle-fetches", default=True, show_default=True,
+              envvar="KPROXY_TRACE_FOLD_IDLE_FETCHES",
+              help="Level records: trace a connection's run of identical record-free Fetch exchanges (an idle "
+                   "consumer polling a broker that answers at once) as its first exchange and one folded "
+                   "exchange with their count, times and latencies; the analysis counts them all "
+                   "(docs/traces.md). --no-trace-fold-idle-fetches writes every event. "
+                   "Env: KPROXY_TRACE_FOLD_IDLE_FETCHES=0.")
 @click.option("--trace-rotate-mb", type=int, default=256, show_default=True, help="Rotate trace files at this size.")
 @click.option("--trace-rotate-s", type=float, default=3600.0, show_default=True, help="Rotate trace files at this age.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
@@ -117,8 +124,8 @@ def _endpoint(ctx: click.Context, param: click.Parameter, value: object):  # noq
 def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file, generate_admin_token, no_admin,
         rules_path, seed, guard, stage_latency, fetch_leader_hints,
         traces_dir,  # noqa: ANN001
-        trace_level, trace_format, trace_on_full, trace_queue_events, trace_rotate_mb, trace_rotate_s,
-        tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, upstream_cert, upstream_key,
+        trace_level, trace_format, trace_on_full, trace_queue_events, trace_fold_idle_fetches, trace_rotate_mb,
+        trace_rotate_s, tls_cert, tls_key, tls_client_ca, upstream_tls, upstream_ca, upstream_cert, upstream_key,
         upstream_skip_hostname_check, max_frame_bytes, connect_timeout, idle_timeout, read_timeout,
         max_outstanding_requests, proxy_id, log_level, log_format) -> None:
     """Run the proxy between Kafka clients and a Kafka cluster.
@@ -158,6 +165,7 @@ def run(upstreams, listen, advertise, broker_port_base, admin, admin_token_file,
         trace_format=trace_format,
         trace_on_full=trace_on_full,
         trace_queue_events=trace_queue_events,
+        trace_fold_idle_fetches=trace_fold_idle_fetches,
         trace_rotate_bytes=trace_rotate_mb * 1024 * 1024,
         trace_rotate_seconds=trace_rotate_s,
         client_tls=client_tls,

@@ -75,6 +75,8 @@ class ProxyConfig:
     trace_rotate_seconds: float = 3600.0
     # Events waiting for the trace writer, at most (docs/traces.md, "Backpressure or counted drops").
     trace_queue_events: int = DEFAULT_TRACE_QUEUE_EVENTS
+    # Level records: an idle consumer's identical empty Fetch exchanges traced as one with a count (docs/traces.md).
+    trace_fold_idle_fetches: bool = True
     # TLS towards clients (every listener) and towards brokers; None: plaintext (docs/security.md).
     client_tls: ssl.SSLContext | None = None
     upstream_tls: UpstreamTls | None = None

@@ -44,6 +44,7 @@ def _make_trace_writer(config: ProxyConfig):  # noqa: ANN202
         rotate_seconds=config.trace_rotate_seconds,
         on_full=config.trace_on_full,  # type: ignore[arg-type]
         queue_size=config.trace_queue_events,
+        fold_idle_fetches=config.trace_fold_idle_fetches,
         proxy_id=config.proxy_id,
     )
 

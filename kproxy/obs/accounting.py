@@ -9,7 +9,10 @@ A traced request has an outcome when the trace says what became of it:
   ghost link) closed while it had no answer, with the reason.
 
 Requests are keyed by (proxy_id, conn_id, correlation_id, copy), as the
-analysis pairs them. A Produce sent with acks=0 has no answer by design and
+analysis pairs them. A folded idle Fetch exchange (`repeats`, docs/traces.md)
+stands for the requests from its `first_correlation_id` to its
+`correlation_id`, one by one, each answered by the folded response. A
+Produce sent with acks=0 has no answer by design and
 the trace does not say which ones were: keep acks=0 out of runs you check
 this way.
 """
@@ -59,6 +62,16 @@ def _key(event: dict[str, Any], conn_id: Any = None) -> Key:
     )
 
 
+def _keys(event: dict[str, Any]) -> list[Key]:
+    """The requests an event speaks for: one, or every one a folded exchange stands for."""
+    key = _key(event)
+    first = event.get("first_correlation_id")
+    if not event.get("repeats") or first is None:
+        return [key]
+    proxy_id, conn_id, last, copy = key
+    return [(proxy_id, conn_id, cid, copy) for cid in range(int(first), last + 1)]
+
+
 def account(events: Iterable[dict[str, Any]]) -> Accounting:
     """Sort every traced request into answered, unanswered by design, lost at a close, or without outcome."""
     requests: dict[Key, dict[str, Any]] = {}
@@ -67,9 +80,10 @@ def account(events: Iterable[dict[str, Any]]) -> Accounting:
     for event in events:
         direction = event.get("direction")
         if direction == "request":
-            requests[_key(event)] = event
+            for key in _keys(event):
+                requests[key] = event
         elif direction == "response":
-            answered.add(_key(event))
+            answered.update(_keys(event))
         elif direction == "close":
             proxy_id = event.get("proxy_id") or ""
             for entry in event.get("in_flight") or ():

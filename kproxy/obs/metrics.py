@@ -51,7 +51,7 @@ CLOSE_REASONS = (
 )
 # Why a TLS handshake failed (kproxy/io/tls.py classifies).
 TLS_HANDSHAKE_REASONS = ("not_tls", "certificate", "hostname", "peer_refused", "timeout", "closed", "protocol")
-TRACE_OUTCOMES = ("written", "dropped")
+TRACE_OUTCOMES = ("written", "dropped", "folded")
 ACCEPT_ERRORS = ("EMFILE", "ENFILE", "ENOBUFS", "ENOMEM", "other")
 # The APIs every producer, consumer and transaction uses: their per-API series
 # exist from start-up, so a burst that begins and ends between two scrapes
@@ -230,7 +230,8 @@ trace_queue_depth = Gauge(
 )
 trace_events = Counter(
     "kproxy_trace_events_total",
-    "Trace events, by outcome (written, or dropped when the queue was full in drop mode).",
+    "Trace events, by outcome (written; dropped when the queue was full in drop mode; folded: an idle Fetch "
+    "exchange's, written as part of a folded one).",
     ["outcome"],
     registry=REGISTRY,
 )

@@ -63,6 +63,7 @@ from trio.testing import wait_all_tasks_blocked
 
 from kproxy.obs import metrics
 from kproxy.obs.trace_events import PendingRow
+from kproxy.obs.trace_fold import IdleFetchFolder
 from kproxy.obs.trace_io import FileOps
 from kproxy.obs.trace_records import RawLedger, RawPartitions
 from kproxy.obs.trace_schema import FIELD_NAMES, SCHEMA_VERSION
@@ -110,6 +111,7 @@ _VERSION = FIELD_NAMES.index("schema_version")
 _PROXY = FIELD_NAMES.index("proxy_id")
 _PARTITIONS = FIELD_NAMES.index("partitions")
 _UPSTREAM = FIELD_NAMES.index("upstream_partitions")
+_REPEATS = FIELD_NAMES.index("repeats")
 
 
 def _keep_freed_frame_memory(queue_bytes: int) -> None:
@@ -162,6 +164,7 @@ class TraceWriter:
         proxy_id: str,
         flush_interval: float = 0.1,
         close_timeout: float = 30.0,
+        fold_idle_fetches: bool = True,
     ) -> None:
         if level not in ("headers", "records"):
             raise ValueError(f"trace level must be 'headers' or 'records', not {level!r}")
@@ -189,6 +192,8 @@ class TraceWriter:
             _keep_freed_frame_memory(queue_bytes)
         self.flush_interval = flush_interval
         self.close_timeout = close_timeout
+        # Level `records` only: there a Fetch response's partitions show that it carried no record.
+        self._folder = IdleFetchFolder() if fold_idle_fetches and level == "records" else None
 
         self.directory.mkdir(parents=True, exist_ok=True)
         self._ops = FileOps(f"trace-files-{proxy_id}")
@@ -198,6 +203,7 @@ class TraceWriter:
         # Past this depth the writer stops waiting for the loop to be idle.
         self._wake_at = max(1, queue_size // 2)
         self._batch: list = []  # composed events waiting for their segment
+        self._batch_folded = 0  # events the batch's folded ones stand for besides themselves
         # Trio times for the oldest unwritten event: from `_due` its batch is
         # written as soon as the loop is idle; from `_deadline` the writer no
         # longer waits for idle (its steps then alternate with the data path's).
@@ -223,6 +229,8 @@ class TraceWriter:
         self.dropped = 0
         self.written = 0  # events in the kernel's hands (counted by the file thread)
         self.unwritable = 0  # events that did not serialise (also counted as dropped)
+        # Events written as part of another: an idle Fetch exchange's, folded (kproxy.obs.trace_fold).
+        self.folded = 0
 
         metrics.trace_queue_depth.set_function(lambda: len(self._queue))
 
@@ -402,12 +410,16 @@ class TraceWriter:
 
     # ---- composing -------------------------------------------------------------
 
+    def _unwritten(self) -> bool:
+        """Composed events wait for their batch: in it, or held back by the folder."""
+        return bool(self._batch) or (self._folder is not None and self._folder.pending)
+
     async def _compose_until_stopped(self) -> None:
         queue = self._queue
         while True:
             self._check_usable()  # a failed file thread stops the writer, and the data path hears of it
             if not queue:
-                if self._batch and (self._stopping or trio.current_time() >= self._due):
+                if self._unwritten() and (self._stopping or trio.current_time() >= self._due):
                     await self._write_batch()
                     continue
                 if self._stopping:
@@ -423,7 +435,7 @@ class TraceWriter:
                 if self._ops.busy:
                     # A file operation may yet fail: look again soon, so the data path hears of it.
                     deadline = min(deadline, trio.current_time() + self._poll)
-                if self._batch:
+                if self._unwritten():
                     deadline = min(deadline, self._due)
                 with trio.move_on_at(deadline) as scope:
                     self._work = scope
@@ -442,7 +454,7 @@ class TraceWriter:
             self._compose_step()
             # A full batch, or the queue drained after the oldest event's deadline;
             # while events are late the writer keeps composing (it stays urgent).
-            if len(self._batch) >= _MAX_BATCH or (self._batch and not queue and trio.current_time() >= self._due):
+            if len(self._batch) >= _MAX_BATCH or (self._unwritten() and not queue and trio.current_time() >= self._due):
                 await self._write_batch()
 
     def _urgent(self) -> bool:
@@ -499,9 +511,7 @@ class TraceWriter:
         batch = self._batch
         end = time.perf_counter() + _STEP_SECONDS
         while queue and len(batch) < _MAX_BATCH:
-            event = self._compose(queue.popleft())
-            if event is not None:
-                batch.append(event)
+            self._add(queue.popleft())
             if time.perf_counter() >= end:
                 break
         if self._room_wanted and self._has_room():
@@ -510,7 +520,9 @@ class TraceWriter:
 
     async def _write_batch(self) -> None:
         """Encode the batch in steps, wait for room at the file thread, hand it over."""
+        self._flush_folds()
         batch, self._batch = self._batch, []
+        folded, self._batch_folded = self._batch_folded, 0
         steps = self._sink.encode_steps(batch)
         while True:
             end = time.perf_counter() + _STEP_SECONDS
@@ -527,7 +539,7 @@ class TraceWriter:
         if not self._urgent():
             ops.on_loop_max_bytes = _ON_LOOP_WRITE_BYTES
         try:
-            self._commit(batch, payload, kept)
+            self._commit(batch, payload, kept, folded)
         finally:
             ops.on_loop_max_bytes = 0
         if not self._queue and not self._batch:
@@ -536,34 +548,68 @@ class TraceWriter:
     def _compose_all(self) -> None:
         """Compose and write everything queued at once (shutdown)."""
         queue = self._queue
-        while queue or self._batch:
+        while queue or self._unwritten():
             while queue and len(self._batch) < _MAX_BATCH:
-                event = self._compose(queue.popleft())
-                if event is not None:
-                    self._batch.append(event)
+                self._add(queue.popleft())
+            if not queue:
+                self._flush_folds()
             batch, self._batch = self._batch, []
+            folded, self._batch_folded = self._batch_folded, 0
             payload, kept = run_steps(self._sink.encode_steps(batch))
-            self._commit(batch, payload, kept)
+            self._commit(batch, payload, kept, folded)
         self._due = self._deadline = None
         if self._room_wanted:
             self._room_wanted = False
             self._room_available()
 
-    def _commit(self, batch: list, payload: Any, kept: int) -> None:
+    def _commit(self, batch: list, payload: Any, kept: int, folded: int = 0) -> None:
         if kept:
             self._sink.commit(payload)
             # Counted once the file thread has written them (operations run in order).
-            self._ops.submit(self._count_written, kept)
+            self._ops.submit(self._count_written, kept, folded)
         if kept < len(batch):
             self.unwritable += len(batch) - kept
             metrics.trace_events.labels("dropped").inc(len(batch) - kept)
 
-    def _count_written(self, n: int) -> None:
+    def _count_written(self, n: int, folded: int = 0) -> None:
         # A file operation: operations run one at a time, in order (on the file
         # thread, or on the idle loop when that thread has nothing queued), so
         # `written` never has two writers at once.
         self.written += n
         metrics.trace_events.labels("written").inc(n)
+        if folded:
+            self.folded += folded
+            metrics.trace_events.labels("folded").inc(folded)
+
+    def _add(self, queued: dict | list | PendingRow) -> None:
+        """Compose one queued event into the batch, through the folder when it folds."""
+        event = self._compose(queued)
+        if event is None:
+            return
+        folder = self._folder
+        if folder is None:
+            self._batch.append(event)
+            return
+        if type(event) is list:
+            rows = folder.take(event)
+        else:  # a dict for a sink of dicts: never folded, but it follows what its connection holds back
+            rows = folder.passing(event.get("conn_id"), event.get("direction"))
+            rows.append(event)
+        self._extend_batch(rows)
+
+    def _flush_folds(self) -> None:
+        """What the folder holds back goes into the batch: a batch written is everything composed so far."""
+        if self._folder is not None and self._folder.pending:
+            self._extend_batch(self._folder.flush())
+
+    def _extend_batch(self, rows: list) -> None:
+        for row in rows:
+            if type(row) is list and row[_REPEATS] is not None:
+                self._batch_folded += row[_REPEATS] - 1  # the events it stands for besides itself
+        if self._sink.rows:
+            self._batch.extend(rows)
+        else:
+            self._batch.extend(row if type(row) is dict else dict(zip(FIELD_NAMES, row)) for row in rows)
 
     def _compose(self, event: dict | list | PendingRow) -> list | dict | None:
         """One queued event as the sink takes it: built, stamped, its records resolved or stripped."""
@@ -571,7 +617,8 @@ class TraceWriter:
             event = self._build(event)
             if event is None:
                 return None
-        as_rows = self._sink.rows
+        # A row stays a row for the folder, which hands it to a sink of dicts as a dict (_extend_batch).
+        as_rows = self._sink.rows or (self._folder is not None and type(event) is not dict)
         if type(event) is dict:
             if as_rows:
                 event = [event.get(name) for name in FIELD_NAMES]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Versions the readers still accept: 1 had no close events, 2 carried decoded
 # records in the event, 3 carries batch headers and points at the raw batches
 # in a side file, 4 has 3's fields and adds the fixed-layout segment file
@@ -25,8 +25,11 @@ SCHEMA_VERSION = 5
 # segment store a nested column's repeated texts once (a dictionary block).
 # Nullable fields added since (isolation_level, group_id, a partition's
 # fetch_offset and committed_offset) kept version 5: a file written before
-# them lacks them, and every reader reads them as null.
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+# them lacks them, and every reader reads them as null. 6 has 5's fields and
+# adds `repeats` and its companions: an event may stand for several
+# identical idle Fetch exchanges (kproxy/obs/trace_fold.py), which changes
+# what counting events means, so a version-5 reader must refuse it.
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 
 def unreadable_version(version: Any) -> str | None:
@@ -150,6 +153,16 @@ EVENT = (
     Field("isolation_level", "int", "Fetch request v4+: 0 read_uncommitted, 1 read_committed; else null"),
     Field("group_id", "string", "request of a group API (OffsetCommit, TxnOffsetCommit, AddOffsetsToTxn, "
           "OffsetFetch, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupHeartbeat): its group id; else null"),
+    Field("repeats", "int", "a folded idle Fetch exchange (its request and its response): how many identical "
+          "exchanges in a row the event stands for, 2 or more, the last of which it is; null: one"),
+    Field("first_wall_time", "double", "a folded exchange: wall_time of the first exchange's event of the same direction"),
+    Field("first_mono_ns", "long", "a folded exchange: mono_ns of the first exchange's event of the same direction"),
+    Field("first_correlation_id", "int", "a folded exchange: the first exchange's correlation id (they run up to "
+          "correlation_id one by one)"),
+    Field("repeat_latencies_ms", ("array", "double"), "a folded exchange's response: latency_ms of each exchange "
+          "it stands for, in order (the last equals latency_ms)"),
+    Field("repeat_upstream_latencies_ms", ("array", "double"), "a folded exchange's response: upstream_latency_ms "
+          "of each exchange it stands for, in order"),
 )
 
 FIELD_NAMES = tuple(f.name for f in EVENT)
