@@ -11,9 +11,24 @@ from kproxy_spark.wire.check import WireTable
 from kproxy_spark.wire.views import WireViews
 
 
+def each_exchange(responses: DataFrame) -> DataFrame:
+    """One row per response that crossed the wire: a folded idle Fetch response (`repeats`, docs/traces.md)
+    becomes one per exchange it stands for, with that exchange's latencies, the rest as they are."""
+    folded = responses.where(F.col("repeats").isNotNull())
+    exchanges = F.arrays_zip(F.col("repeat_latencies_ms").alias("latency_ms"),
+                             F.col("repeat_upstream_latencies_ms").alias("upstream_latency_ms"))
+    unfolded = (folded.select("*", F.explode(exchanges).alias("_x"))
+                .withColumn("latency_ms", F.col("_x.latency_ms"))
+                .withColumn("upstream_latency_ms", F.col("_x.upstream_latency_ms")).drop("_x"))
+    return responses.where(F.col("repeats").isNull()).unionByName(unfolded)
+
+
 def latency(views: WireViews) -> DataFrame:
-    """Per API: responses, p50/p95/p99/max of client-seen and upstream latency."""
-    responses = views.traces.where((F.col("direction") == "response") & F.col("latency_ms").isNotNull())
+    """Per API: responses, p50/p95/p99/max of client-seen and upstream latency (every folded exchange counted)."""
+    responses = views.traces.where(F.col("direction") == "response").select(
+        "api", "error_code", "latency_ms", "upstream_latency_ms", "repeats", "repeat_latencies_ms",
+        "repeat_upstream_latencies_ms")
+    responses = each_exchange(responses).where(F.col("latency_ms").isNotNull())
     pct = F.array(F.lit(0.5), F.lit(0.95), F.lit(0.99))
     return (
         responses.groupBy("api")
@@ -104,7 +119,8 @@ def end_txn_outcomes(views: WireViews) -> DataFrame:
 
 
 def trace_events(views: WireViews) -> DataFrame:
-    return views.traces.agg(F.count(F.lit(1)).alias("events"))
+    """Events that crossed the wire: a folded idle Fetch event counts for every exchange it stands for."""
+    return views.traces.agg(F.coalesce(F.sum(F.coalesce("repeats", F.lit(1))), F.lit(0)).alias("events"))
 
 
 def clock_offset(views: WireViews) -> DataFrame:
