@@ -67,6 +67,11 @@ def test_identical_exchanges_after_the_first_are_one_pair_with_their_count_times
     assert response["latency_ms"] == response["repeat_latencies_ms"][-1]
     assert response["repeat_upstream_latencies_ms"] == [0.05 + c / 1e4 for c in range(2, 7)]
     assert request["repeat_latencies_ms"] is None
+    # Forwarded on arrival, every exchange's upstream latency is its latency: not written twice.
+    same = fold([row for cid in range(1, 4)
+                 for row in (fetch(cid, "request"), fetch(cid, "response", upstream_latency_ms=0.1 + cid / 1e4))])
+    assert same[-1]["repeat_latencies_ms"] == [0.1 + c / 1e4 for c in (2, 3)]
+    assert same[-1]["repeat_upstream_latencies_ms"] is None
     # Everything else is the last exchange's own.
     def own(event: dict) -> dict:
         return {k: v for k, v in event.items() if not k.startswith(("repeat", "first_"))}

@@ -84,7 +84,9 @@ class _Fold:
         for row, first in ((request, self.first_request), (response, self.first_response)):
             row[_REPEATS] = len(self.latencies)
             row[_FIRST_WALL], row[_FIRST_MONO], row[_FIRST_CORRELATION] = first[_WALL], first[_MONO], first[_CORRELATION]
-        response[_LATENCIES], response[_UPSTREAM_LATENCIES] = self.latencies, self.upstream
+        response[_LATENCIES] = self.latencies
+        # A request forwarded on arrival has its upstream latency equal to its latency: not written twice.
+        response[_UPSTREAM_LATENCIES] = None if self.upstream == self.latencies else self.upstream
         return [request, response]
 
 

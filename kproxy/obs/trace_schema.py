@@ -162,7 +162,8 @@ EVENT = (
     Field("repeat_latencies_ms", ("array", "double"), "a folded exchange's response: latency_ms of each exchange "
           "it stands for, in order (the last equals latency_ms)"),
     Field("repeat_upstream_latencies_ms", ("array", "double"), "a folded exchange's response: upstream_latency_ms "
-          "of each exchange it stands for, in order"),
+          "of each exchange it stands for, in order; null when each equals its latency_ms (requests forwarded on "
+          "arrival)"),
 )
 
 FIELD_NAMES = tuple(f.name for f in EVENT)

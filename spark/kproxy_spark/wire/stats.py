@@ -15,8 +15,9 @@ def each_exchange(responses: DataFrame) -> DataFrame:
     """One row per response that crossed the wire: a folded idle Fetch response (`repeats`, docs/traces.md)
     becomes one per exchange it stands for, with that exchange's latencies, the rest as they are."""
     folded = responses.where(F.col("repeats").isNotNull())
-    exchanges = F.arrays_zip(F.col("repeat_latencies_ms").alias("latency_ms"),
-                             F.col("repeat_upstream_latencies_ms").alias("upstream_latency_ms"))
+    exchanges = F.arrays_zip(
+        F.col("repeat_latencies_ms").alias("latency_ms"),
+        F.coalesce("repeat_upstream_latencies_ms", "repeat_latencies_ms").alias("upstream_latency_ms"))
     unfolded = (folded.select("*", F.explode(exchanges).alias("_x"))
                 .withColumn("latency_ms", F.col("_x.latency_ms"))
                 .withColumn("upstream_latency_ms", F.col("_x.upstream_latency_ms")).drop("_x"))
