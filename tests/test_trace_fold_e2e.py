@@ -82,6 +82,16 @@ def test_a_noida_runs_findings_and_counts_are_the_same_with_idle_fetches_folded(
     fetches = rows["fetch"]
     assert fetches["responses"] == len(latencies["fetch"][0]) > written
 
+    # And with no history: the clients' history derived from each trace alone (the Fetch positions asked
+    # included) gives the same verdict.
+    derived = {name: analyze(None, str(traces), str(tmp_path / f"derived-{name}"), spark=spark)
+               for name, traces in (("every", tmp_path / "run" / "traces"), ("folded", tmp_path / "folded"))}
+    assert derived["every"]["counts"] and derived["every"]["stats"]["trace_events"] == read
+    for key in ("valid", "errors", "counts", "anomalies"):
+        assert derived["folded"][key] == derived["every"][key], key
+    for key in ("causes", "trace_events", "derived_history", "completed_ops"):
+        assert derived["folded"]["stats"].get(key) == derived["every"]["stats"].get(key), key
+
 
 def exact_latencies(traces: Path) -> dict[str, tuple[list[float], list[float]]]:
     """Per api, every response's latency and upstream latency, sorted."""
