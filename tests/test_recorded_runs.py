@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_trace_fold_e2e import refold
+
 pytestmark = pytest.mark.spark
 
 RECORDED = Path(__file__).parent / "data" / "recorded"
@@ -72,7 +74,8 @@ def test_on_noida_the_torn_transactions_aborted_reads_are_the_rules(analysed):
 def _with_idle_fetches(run: Path, out: Path, copies: int) -> tuple[int, int]:
     """The run's trace as a segment file, each Fetch response followed by `copies` idle exchanges on its
     connection, as noida-db answers a consumer with nothing new to read: the same partitions, offsets and
-    aborted-transactions lists, no record. Returns (events written, idle responses added)."""
+    aborted-transactions lists, no record (their requests decoded, with nothing to say: a writer may fold
+    them). Returns (events written, idle responses added)."""
     import copy as copying
 
     from kproxy.obs.trace_files import iter_jsonl_events
@@ -91,7 +94,7 @@ def _with_idle_fetches(run: Path, out: Path, copies: int) -> tuple[int, int]:
             for direction in ("request", "response"):
                 twin = copying.deepcopy(event)
                 twin.update(direction=direction, correlation_id=correlation_id, mono_ns=event["mono_ns"] + i + 1,
-                            partitions=copying.deepcopy(empty) if direction == "response" else None)
+                            partitions=copying.deepcopy(empty) if direction == "response" else [])
                 events.append(twin)
             idle += 1
     rows = [[SCHEMA_VERSION if name == "schema_version" else e.get(name) for name, _ in COLUMNS] for e in events]
@@ -135,6 +138,19 @@ def test_idle_fetches_keep_their_events_and_change_no_finding(analysed, spark, t
     assert flooded["stats"]["causes"] == plain["stats"]["causes"]
     assert set(flooded["stats"]["causes"]["torn-transaction"]) == {RULE}
     assert flooded["stats"]["trace_events"] == events
+
+    # The same flood through a writer that folds idle Fetch exchanges: far fewer events, the same
+    # verdict, and every exchange still counted (a real noida-db run: tests/test_trace_fold_e2e.py, slow).
+    read, written = refold(tmp_path / "traces", tmp_path / "folded")
+    assert read == events and written < events - idle
+    folded = analyze(str(run / "history.jsonl"), str(tmp_path / "folded"), str(tmp_path / "out-folded"),
+                     spark=spark)
+    for key in ("valid", "counts", "anomalies"):
+        assert folded[key] == flooded[key], key
+    assert folded["stats"]["causes"] == flooded["stats"]["causes"]
+    assert folded["stats"]["trace_events"] == events
+    responses = {row["api"]: row["responses"] for row in flooded["stats"]["latency"]}
+    assert {row["api"]: row["responses"] for row in folded["stats"]["latency"]} == responses
 
 
 def test_on_noida_the_writes_a_stale_commit_cut_off_from_their_transaction_are_the_rules(analysed):

@@ -15,7 +15,9 @@ from kproxy.obs.trace import TraceWriter
 from kproxy.obs.trace_files import iter_trace_events
 from kproxy.obs.trace_schema import FIELD_NAMES
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+# A real noida-db run and four analyses (2-3 minutes): tests/test_recorded_runs.py folds a recorded run's
+# flood of idle exchanges in the default suite.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 # What differs between two analyses of the same input: how long they took.
 TIMINGS = ("elapsed_s", "phases_s", "spark_jobs")
