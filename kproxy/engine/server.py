@@ -63,7 +63,8 @@ class Engine:
         begun = time.monotonic()
         if not self.owns_spark:
             return 0.0
-        self.spark = get_session(self.master, conf=self.conf)
+        # The quick JIT tier: the optimising one kept compiling, 4 s of CPU in each small analysis after three.
+        self.spark = get_session(self.master, conf=self.conf, quick_start=True)
         with tempfile.TemporaryDirectory(prefix="kproxy-engine-warm-") as tmp:
             work = Path(tmp)
             generate(WARM_UP_OPS, work / "history.jsonl", traces=work / "traces", seed=1)
