@@ -197,7 +197,10 @@ class KafkaCluster:
 
 def _java_command(java: str, jars: KafkaJars, main: str, args: list[str], log_dir: Path) -> list[str]:
     heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m").split()
-    cmd = [java, *heap, "-XX:+UseSerialGC", "-Djava.awt.headless=true", "-Dkafka.logs.dir=" + str(log_dir)]
+    # The quick JIT tier: a broker for a run or a test session serves little, and the optimising compiler
+    # cost it 1.5 s more CPU to start (3.2-3.5 s against 2.0 s, ready in 4.3-7.9 s against 2.7-3.9 s).
+    cmd = [java, *heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
+           "-Dkafka.logs.dir=" + str(log_dir)]
     if jars.home is not None:  # a download's own logging setup (log4j 1 before 4.0, log4j2 since)
         for prop, name in (("log4j.configuration", "log4j.properties"), ("log4j2.configurationFile", "log4j2.yaml")):
             config = jars.home / "config" / name
