@@ -15,7 +15,6 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 import threading
 import time
 from multiprocessing.connection import Client, Connection, Listener
@@ -23,12 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from kproxy.engine.place import Place, default_place
+from kproxy.engine.warm_up import warm_up
 
 log = logging.getLogger("kproxy.engine")
-
-#: Operations of the small history that warms the session: enough to run every check and wire check once
-#: (what warms is the code each runs, not the rows).
-WARM_UP_OPS = 60
 
 
 class Engine:
@@ -55,20 +51,14 @@ class Engine:
 
     def warm(self) -> float:
         """Start Spark and run one small analysis of a synthetic history and its traces; seconds taken."""
-        from kproxy_spark.jobs import analyze
         from kproxy_spark.session import get_session
-
-        from kproxy.workload.synthetic import generate
 
         begun = time.monotonic()
         if not self.owns_spark:
             return 0.0
         # The quick JIT tier: the optimising one kept compiling, 4 s of CPU in each small analysis after three.
         self.spark = get_session(self.master, conf=self.conf, quick_start=True)
-        with tempfile.TemporaryDirectory(prefix="kproxy-engine-warm-") as tmp:
-            work = Path(tmp)
-            generate(WARM_UP_OPS, work / "history.jsonl", traces=work / "traces", seed=1)
-            analyze(str(work / "history.jsonl"), str(work / "traces"), str(work / "report"), spark=self.spark)
+        warm_up(self.spark)
         return time.monotonic() - begun
 
     def status(self) -> dict[str, Any]:
