@@ -727,10 +727,10 @@ async def test_a_fetch_cut_at_the_fetch_size_is_told_apart_by_its_tail(tmp_path:
 async def test_side_bytes_go_out_in_vectors_and_leave_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Queued side bytes are written with writev in runs of at most IOV_MAX buffers, and every
     SIDE_RECYCLE_BYTES of them is written back and dropped from the page cache: all read back, in order."""
-    from kproxy.obs import trace_sinks
+    from kproxy.obs import trace_side_file, trace_sinks
     from kproxy.obs.trace_records import FetchResponseRecords
 
-    monkeypatch.setattr(trace_sinks, "IOV_MAX", 3)
+    monkeypatch.setattr(trace_side_file, "IOV_MAX", 3)
     monkeypatch.setattr(trace_sinks, "SIDE_RECYCLE_BYTES", 50_000)
     writer = TraceWriter(tmp_path, proxy_id="vec", level="records")
     frames = [_fetch_event(i, size=7_000 + i) for i in range(40)]

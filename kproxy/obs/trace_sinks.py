@@ -24,6 +24,7 @@ from kproxy.obs.trace_files import TRACE_NAME
 from kproxy.obs.trace_io import FileOps
 from kproxy.obs.trace_segments import SUFFIX as SEGMENT_SUFFIX
 from kproxy.obs.trace_segments import encode_rows_checked_steps, file_header, json_default
+from kproxy.obs.trace_side_file import DIRECT_MIN_BYTES, SideFile
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ MiB = 1024 * 1024
 
 # Side bytes written back and dropped from the page cache at a time (_Sink._io_recycle_side_pages).
 SIDE_RECYCLE_BYTES = 8 * MiB
-# Buffers per writev (the kernel's IOV_MAX).
-IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 # Lines serialised between two steps of a JSONL batch.
 _LINES_PER_STEP = 32
 
@@ -75,12 +74,13 @@ class Sink:
         self.side_size = 0
         self._side_pending: list[memoryview] = []
         self._side_pending_size = 0
+        # Frame buffers (kproxy.obs.trace_frame_pool) to give back once the side bytes queued so far are written.
+        self._side_give_back: list[Any] = []
         # Regions already in the open side file, by (topic, partition, base offset, length, hash).
         self._side_index: dict[tuple, tuple[str, int]] = {}
         # File handles: the ops thread's alone.
         self._file: Any = None
-        self._side: Any = None
-        self._side_written = 0
+        self._side: SideFile | None = None
         self._side_dropped = 0  # side bytes up to here are on disk and out of the page cache
         self._side_recycle = hasattr(os, "posix_fadvise")
         self._side_recycled = 0  # the loop's count: side bytes handed to a recycle so far
@@ -157,16 +157,24 @@ class Sink:
             self._side_index[key] = (self._side_name, offset)
         return self._side_name, offset
 
+    def give_back_after_write(self, buffer: Any) -> None:
+        """Return a frame's buffer to its pool once every side byte queued so far (its batches) is written."""
+        self._side_give_back.append(buffer)
+
     def flush_side(self) -> None:
         """Submit the queued side bytes (before any segment or line that references them)."""
         pending = self._side_pending
+        give_back, self._side_give_back = self._side_give_back, []
         if not pending:
+            if give_back:  # after earlier writes that may still hold its bytes
+                self.ops.submit(self._io_give_back, give_back)
             return
         size = self._side_pending_size
         self._side_pending = []
         self._side_pending_size = 0
         self.side_size += size
-        self.ops.submit(self._io_write_side, pending, nbytes=size)
+        # A direct write waits for the disk: never on the event loop.
+        self.ops.submit(self._io_write_side, pending, size, give_back, nbytes=size, on_loop=size < DIRECT_MIN_BYTES)
         if self._side_recycle and self.side_size - self._side_recycled >= SIDE_RECYCLE_BYTES:
             # Waits for the disk: never run on the event loop.
             self.ops.submit(self._io_recycle_side_pages, on_loop=False)
@@ -186,8 +194,7 @@ class Sink:
     # ---- the ops thread ------------------------------------------------------
 
     def _io_open_side(self, path: Path) -> None:
-        self._side = open(path, "xb", buffering=0)  # noqa: SIM115 - lives until rotation
-        self._side_written = 0
+        self._side = SideFile.open(path)
         self._side_dropped = 0
 
     def _io_close_side(self) -> None:
@@ -204,24 +211,14 @@ class Sink:
             n = self._file.write(view)
             view = view[n:]
 
-    def _io_write_side(self, pending: list[memoryview]) -> None:
-        """One writev of the frames' own bytes: joining them first copied every
-        traced byte once more, into a fresh multi-MiB buffer per batch."""
-        fd = self._side.fileno()
-        while pending:
-            views = pending[:IOV_MAX]
-            n = os.writev(fd, views)
-            self._side_written += n
-            # A regular file takes the whole vector; a short write leaves the rest for the next call.
-            done = 0
-            for view in views:
-                if n < len(view):
-                    break
-                n -= len(view)
-                done += 1
-            if n:
-                pending[done] = pending[done][n:]
-            del pending[:done]
+    def _io_write_side(self, pending: list[memoryview], nbytes: int, give_back: list[Any]) -> None:
+        self._side.write(pending, nbytes)
+        self._io_give_back(give_back)
+
+    @staticmethod
+    def _io_give_back(buffers: list[Any]) -> None:
+        for buffer in buffers:
+            buffer.pool.give(buffer)
 
     def _io_recycle_side_pages(self) -> None:
         """Drop side bytes already on disk from the page cache, so new ones reuse its pages.
@@ -241,11 +238,11 @@ class Sink:
         fd = self._side.fileno()
         try:
             os.fdatasync(fd)
-            os.posix_fadvise(fd, self._side_dropped, self._side_written - self._side_dropped, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(fd, self._side_dropped, self._side.written - self._side_dropped, os.POSIX_FADV_DONTNEED)
         except OSError as exc:  # a file system without either: keep writing, stop recycling
             log.debug("side file pages not recycled: %s", exc)
             self._side_recycle = False
-        self._side_dropped = self._side_written
+        self._side_dropped = self._side.written
 
 
 class JsonlSink(Sink):
