@@ -68,13 +68,13 @@ async def stream_request(conn: ClientConnection, frames: FrameBuffer) -> bool:
         rest = size - len(head_bytes)
         try:
             if keep:
-                frame = bytearray(size)
+                frame = proxy.events.frame_pool.take(size)  # never zeroed: the stream fills it
                 frame[: len(head_bytes)] = head_bytes
 
                 async def traced() -> None:
                     await proxy.emit_trace(proxy.events.fast_request(conn, ex, size - 4, frame, header))
 
-                await relay.forward_into_locked(conn.client, conn.upstream, memoryview(frame)[len(head_bytes) :], traced)
+                await relay.forward_into_locked(conn.client, conn.upstream, frame[len(head_bytes) :], traced)
             else:
                 await relay.forward_locked(conn.client, conn.upstream, rest)
         except EOFError:

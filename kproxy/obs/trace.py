@@ -657,6 +657,11 @@ class TraceWriter:
         except Exception:  # noqa: BLE001 - one bad frame must not stop the writer
             log.exception("records of a trace event not traced: scanning them failed")
             return None
+        finally:
+            pooled = getattr(partitions, "pooled", None)
+            if pooled is not None:
+                partitions.pooled = None  # type: ignore[attr-defined]
+                self._sink.give_back_after_write(pooled)
 
     def _build(self, deferred: PendingRow) -> list | None:
         """Build an event the data path handed over unbuilt."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from kproxy.obs.trace_frame_pool import FramePool
 from kproxy.obs.trace_records import (
     DECODED_REQUEST_APIS,
     DECODED_RESPONSE_APIS,
@@ -194,13 +195,14 @@ class TraceEvents:
         self.topic_names = topic_names
         self.ledger = ledger
         self.request_views = RequestViews(topic_names)
+        self.frame_pool = FramePool()  # buffers of streamed Produce requests kept for the writer
         # Fast-path requests whose frame goes to the writer with their event:
         # a Fetch's isolation level and a group API's group id are read from
         # it at either level, and at `records` the Produce batches, the Fetch
         # positions, the committed offsets and the deleted topics.
         self.framed_requests = FACT_APIS | DECODED_REQUEST_APIS | {apis.PRODUCE} if records else FACT_APIS
 
-    def produce_records(self, ex: Exchange, frame: bytes, header: Any) -> None:
+    def produce_records(self, ex: Exchange, frame: bytes | memoryview, header: Any) -> None:
         """At level `records`: the Produce request's batches, scanned by the writer later."""
         ex.request_partitions = ProduceRequestRecords(
             ex.api_version, frame, body_start(frame, 4, header), self.topic_names, self.ledger

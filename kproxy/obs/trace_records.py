@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kproxy.obs.trace_frame_pool import PooledBuffer
 from kproxy.obs.trace_schema import PARTITION
 from kproxy.protocol import apis, batch_scan, codec, record_views, request_peek
 
@@ -159,16 +160,18 @@ class RawPartitions:
 class ProduceRequestRecords(RawPartitions):
     """A Produce request's partitions. Resolved once: a duplicate copy points at the same side bytes."""
 
-    __slots__ = ("version", "frame", "body", "topic_names", "partitions", "_done")
+    __slots__ = ("version", "frame", "body", "topic_names", "partitions", "_done", "pooled")
 
     def __init__(
-        self, version: int, frame: bytes, body: int, topic_names: Mapping[Any, str] | None = None,
+        self, version: int, frame: bytes | memoryview, body: int, topic_names: Mapping[Any, str] | None = None,
         ledger: RawLedger | None = None,
     ) -> None:
         super().__init__(ledger, len(frame))
         self.version = version
         self.topic_names = topic_names
         self.frame = frame
+        # A streamed frame's buffer, which the writer gives back once the side file holds its batches.
+        self.pooled = frame.obj if type(frame) is memoryview and type(frame.obj) is PooledBuffer else None
         self.body = body  # where the request body starts in frame
         self.partitions: list[dict[str, Any]] | None = None
         self._done = False
