@@ -35,6 +35,16 @@ def test_a_pooled_buffer_is_exact_size_and_comes_back_once_given() -> None:
     assert type(pool.take(MAX_POOLED_BYTES + 1).obj) is bytearray  # too large to keep
 
 
+def test_a_buffer_with_two_holders_comes_back_only_after_both_gave_it_back() -> None:
+    """A streamed Produce's buffer: the writer may be done with it before the stream has sent its last bytes."""
+    pool = FramePool()
+    buffer = pool.take(100_000, holders=2).obj
+    pool.give(buffer)  # the writer: the stream still sends from it
+    assert pool.take(100_000).obj is not buffer
+    pool.give(buffer)  # the stream: free again
+    assert pool.take(100_000).obj is buffer
+
+
 async def test_frames_in_pooled_buffers_read_back_whole(tmp_path: Path) -> None:
     """Frames taken from one pool and reused as soon as they are given back, with small and large
     flushes and rotations between them: every event's records read back as produced."""

@@ -13,6 +13,7 @@ import trio
 from kproxy.io import relay, tls
 from kproxy.io.errors import ConnectionClosed
 from kproxy.obs import metrics
+from kproxy.obs.trace_frame_pool import PooledBuffer
 from kproxy.pipeline.exchange import Exchange
 from kproxy.protocol import apis
 from kproxy.protocol.codec import DecodeError, parse_request_header
@@ -68,13 +69,20 @@ async def stream_request(conn: ClientConnection, frames: FrameBuffer) -> bool:
         rest = size - len(head_bytes)
         try:
             if keep:
-                frame = proxy.events.frame_pool.take(size)  # never zeroed: the stream fills it
+                # Never zeroed: the stream fills it. Two holders: the writer may write the side file, and
+                # give its hold back, before the last bytes below are sent from the same buffer.
+                pool = proxy.events.frame_pool
+                frame = pool.take(size, holders=2)
                 frame[: len(head_bytes)] = head_bytes
 
                 async def traced() -> None:
                     await proxy.emit_trace(proxy.events.fast_request(conn, ex, size - 4, frame, header))
 
-                await relay.forward_into_locked(conn.client, conn.upstream, frame[len(head_bytes) :], traced)
+                try:
+                    await relay.forward_into_locked(conn.client, conn.upstream, frame[len(head_bytes) :], traced)
+                finally:
+                    if type(frame.obj) is PooledBuffer:
+                        pool.give(frame.obj)
             else:
                 await relay.forward_locked(conn.client, conn.upstream, rest)
         except EOFError:
