@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_trace_fold_e2e import refold
+from tests.fixtures.trace_fold import refold
 
 pytestmark = pytest.mark.spark
 

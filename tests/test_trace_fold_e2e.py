@@ -4,16 +4,13 @@ traces analysed against the run's history."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-import trio
 
 from kproxy.demo import run_demo
-from kproxy.obs.trace import TraceWriter
 from kproxy.obs.trace_files import iter_trace_events
-from kproxy.obs.trace_schema import FIELD_NAMES
+from tests.fixtures.trace_fold import refold
 
 # A real noida-db run and four analyses (2-3 minutes): tests/test_recorded_runs.py folds a recorded run's
 # flood of idle exchanges in the default suite.
@@ -21,30 +18,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 # What differs between two analyses of the same input: how long they took.
 TIMINGS = ("elapsed_s", "phases_s", "spark_jobs")
-
-
-def refold(source: Path, out: Path) -> tuple[int, int]:
-    """`source`'s events through a folding writer at level `records` into `out` (the side files copied, as
-    the events point at them). Returns (events read, events written)."""
-    out.mkdir(parents=True)
-    for side in source.glob("*.records"):
-        shutil.copy(side, out / side.name)
-    rows = [[None if name == "schema_version" else event.get(name) for name in FIELD_NAMES]
-            for event in iter_trace_events(source, records=False)]
-
-    async def write() -> int:
-        writer = TraceWriter(out, level="records", proxy_id="refolded", queue_size=len(rows) + 1)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
-            for start in range(0, len(rows), 2048):  # offered as a proxy would: batch after batch
-                for row in rows[start:start + 2048]:
-                    assert writer.offer(row)
-                await trio.sleep(0.05)
-            await writer.aclose()
-        assert writer.written + writer.folded == len(rows)
-        return writer.written
-
-    return len(rows), trio.run(write)
 
 
 def test_a_noida_runs_findings_and_counts_are_the_same_with_idle_fetches_folded(
