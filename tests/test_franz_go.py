@@ -36,7 +36,7 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -70,6 +70,9 @@ class Run:
     #: (transactional id, client-side txn) whose records a stale copy committed and the client did not
     split: set[tuple[str, int]]
     output: str
+    #: Transactional ids that sent records in a second transaction: the torn-transaction rule's held copy of
+    #: a first commit is released by them, and by nothing else.
+    second_txns: set[str] = field(default_factory=set)
 
     @property
     def command_returncode(self) -> int | None:
@@ -105,6 +108,7 @@ def read_run(out: Path, returncode: int, output: str) -> Run:
     stale: Counter = Counter()
     stale_commits: set[tuple[str, int]] = set()  # client txns a stale copy committed on the broker
     wrote: set[tuple[str, int]] = set()  # client txns with a Produce the broker took
+    second_txns: set[str] = set()
     client_end: dict[tuple[str, int], tuple[bool, int]] = {}  # the client's own last EndTxn and its answer
     for event in iter_trace_events(out / "traces", records=False):
         api, direction = event.get("api"), event.get("direction")
@@ -115,6 +119,8 @@ def read_run(out: Path, returncode: int, output: str) -> Run:
             asked[key] = event
             if not event.get("copy"):
                 requests.setdefault(api, Counter())[event.get("api_version")] += 1
+                if api == "produce" and (event.get("txn_client") or 0) >= 2:
+                    second_txns.add(event["transactional_id"])
             if api == "end_txn" and event.get("copy") and event.get("outcome") == "refused":
                 stale[("refused", None)] += 1
             continue
@@ -133,7 +139,7 @@ def read_run(out: Path, returncode: int, output: str) -> Run:
             wrote.add(txn)
     split = {txn for txn in stale_commits & wrote if client_end.get(txn) != (True, 0)}
     return Run(returncode, run, Verdict.load(out / "report" / "report.json"),
-               set(re.findall(r"deleting topic ([0-9a-f]{64})", log)), requests, stale, split, output)
+               set(re.findall(r"deleting topic ([0-9a-f]{64})", log)), requests, stale, split, output, second_txns)
 
 
 def assert_valid_with_deleted_output_set_aside(run: Run) -> None:
