@@ -400,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         spark = (SparkSession.builder.appName("kproxy-analyze")
                  .config("spark.sql.adaptive.enabled", "true").getOrCreate())
         spark.sparkContext.setLogLevel("WARN")
+        from kproxy_spark.session import pin_jvm_names
+
+        pin_jvm_names(spark)
     try:
         report = analyze(args.history, args.traces, args.out, args.master or "local[*]",
                          args.isolation, progress, spark=spark, ww_deps=args.ww_deps)

@@ -54,7 +54,14 @@ def checks_frame(views: WireViews) -> DataFrame:
     # as two hundred unions of one part (0.9 s against 0.3 s on a small trace).
     while len(parts) > 1:
         parts = [parts[i].union(parts[i + 1]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
-    return parts[0]
+    from kproxy_spark.session import shuffles_into_one
+
+    frame = parts[0]
+    # A union has a partition per part, and each partition's task is sent the
+    # whole union's plan: on a small input, twenty-odd tasks spent 57 ms each
+    # deserialising it to compute a few rows. Where every part is one
+    # partition anyway, one task computes them all from one copy.
+    return frame.coalesce(1) if shuffles_into_one(frame.sparkSession) else frame
 
 
 def json_rows(frame: DataFrame, label: str, name: str, into: str, fields: tuple[str, ...] = ()) -> DataFrame:
