@@ -21,9 +21,9 @@ from kproxy.cli import main
 def run(**overrides) -> dict:
     base = {
         "ops": 100_000, "traces": True, "history_lines": 200_831, "history_bytes": 32_000_000,
-        "trace_events": 249_000, "trace_bytes": 370_000_000, "generated_s": None, "wall_s": 138.25,
+        "trace_events": 249_000, "trace_bytes": 370_000_000, "generated_s": None, "wall_s": 138.25, "cpu_s": 201.5,
         "ops_per_s": 723.3, "exit_code": 0, "timed_out": False, "valid": True, "errors": [],
-        "spark_jobs": 7, "phases_s": {"history": 10.0}, "analysis_elapsed_s": 130.0,
+        "spark_jobs": 7, "spark_stages": 12, "phases_s": {"history": 10.0}, "analysis_elapsed_s": 130.0,
         "peak_rss_bytes": 3 * (1 << 30) + (1 << 29), "python_peak_rss_bytes": 160 << 20,
         "load_1m_start": 1.25, "load_1m_end": 2.5, "report": "/w/runs/r/report/report.json",
         "log": "/w/runs/r/analyze.log",
@@ -56,8 +56,10 @@ def test_table_lines_up_every_run_and_says_what_each_column_is():
     header, rule, *rows = table[:7]
     assert header.split("  ")[0] == "history ops" and "peak driver RSS" in header
     assert set(rule.replace(" ", "")) == {"-"}
-    assert rows[0].split() == ["10", "no", "41.0", "s", "0.244", "n/a", "1.5", "GiB", "valid"]
-    assert rows[1].split() == ["100,000", "yes", "138.2", "s", "723", "7", "3.5", "GiB", "valid"]
+    assert rows[0].split() == ["10", "no", "41.0", "s", "201.5", "s", "1.2", "->", "2.5", "0.244", "n/a", "12", "1.5",
+                               "GiB", "valid"]
+    assert rows[1].split() == ["100,000", "yes", "138.2", "s", "201.5", "s", "1.2", "->", "2.5", "723", "7", "12",
+                               "3.5", "GiB", "valid"]
     assert rows[2].endswith("timed out") and " n/a " in rows[2]
     assert rows[3].endswith("INVALID: G1a, lost-write")
     assert rows[4].endswith("failed (exit 3)")
@@ -143,6 +145,24 @@ def test_a_finished_process_keeps_its_exit_code_and_output(tmp_path: Path):
     finished = run_tree([sys.executable, "-c", "print('done'); raise SystemExit(3)"], tmp_path / "log", timeout_s=60)
     assert finished.exit_code == 3 and finished.wall_s < 60
     assert (tmp_path / "log").read_text() == "done\n"
+
+
+# A parent that spins for a second of CPU in a child it waits for, then for half a second itself.
+PARENT_OF_A_BUSY_CHILD = (
+    "import subprocess, sys, time\n"
+    "subprocess.run([sys.executable, '-c', 'import time\\nt = time.process_time()\\n"
+    "while time.process_time() - t < 1.0: pass'])\n"
+    "t = time.process_time()\n"
+    "while time.process_time() - t < 0.5: pass\n"
+)
+
+
+def test_the_cpu_time_of_a_process_tree_counts_its_children(tmp_path: Path):
+    finished = run_tree([sys.executable, "-c", PARENT_OF_A_BUSY_CHILD], tmp_path / "log", timeout_s=60,
+                        sample_interval_s=0.05)
+    assert finished.exit_code == 0, (tmp_path / "log").read_text()
+    # The child's second and the parent's half, less at most a sampling interval of each.
+    assert 1.3 <= finished.cpu_s <= 1.5 + 0.5, finished.cpu_s
 
 
 def test_proxy_benchmark_options_do_not_pass_silently_to_a_subcommand():

@@ -78,6 +78,7 @@ def test_kproxy_analyze_on_spark_connect_reports_what_local_mode_reports(spark_c
     assert (report / "report.html").is_file()
     from_connect = json.loads((report / "report.json").read_text())
     assert from_connect["stats"]["spark_jobs"] is None and local["stats"]["spark_jobs"] > 0
+    assert from_connect["stats"]["spark_stages"] is None and local["stats"]["spark_stages"] >= local["stats"]["spark_jobs"]
 
     # The run's anomalies were found at all (the grouped history pass, the
     # wire checks and the broker diagnoses), so agreeing means something.

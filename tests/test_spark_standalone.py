@@ -43,7 +43,7 @@ ANALYZE_TIMEOUT_S = 240
 REFUSAL_TIMEOUT_S = 120
 # Measures of how the run went, not of what it found: they differ between
 # any two runs, so the comparison leaves them out.
-RUN_STATS = ("elapsed_s", "phases_s", "spark_jobs")
+RUN_STATS = ("elapsed_s", "phases_s", "spark_jobs", "spark_stages")
 
 
 def anomalous_scenario() -> Scenario:

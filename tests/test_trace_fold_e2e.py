@@ -17,7 +17,7 @@ from tests.fixtures.trace_fold import refold
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
 # What differs between two analyses of the same input: how long they took.
-TIMINGS = ("elapsed_s", "phases_s", "spark_jobs")
+TIMINGS = ("elapsed_s", "phases_s", "spark_jobs", "spark_stages")
 
 
 def test_a_noida_runs_findings_and_counts_are_the_same_with_idle_fetches_folded(

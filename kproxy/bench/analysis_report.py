@@ -11,16 +11,23 @@ COLUMNS = (
     ("history ops", ">"),
     ("traces", "<"),
     ("wall time", ">"),
+    ("CPU time", ">"),
+    ("1-min load", ">"),
     ("ops/s", ">"),
     ("Spark jobs", ">"),
+    ("stages", ">"),
     ("peak driver RSS", ">"),
     ("verdict", "<"),
 )
 
 NOTES = (
     "wall time: `kproxy analyze` as a subprocess, from its start (Spark's included) to its exit",
+    "CPU time: user + system of `kproxy analyze` and every process it started (the Spark JVM, its Python "
+    "workers), sampled every 0.2 s; against the wall time it says how much of the machine the run had",
+    "1-min load: the machine's load average when the run started -> when it ended",
     "ops/s: the history's completed operations / wall time",
-    "Spark jobs: stats.spark_jobs of the report (n/a: the analysis did not report it)",
+    "Spark jobs, stages: stats.spark_jobs and stats.spark_stages of the report (n/a: the analysis did not "
+    "report it)",
     "peak driver RSS: kproxy analyze and the Spark JVM it starts (in local mode the executors too), "
     "sampled every 0.2 s",
 )
@@ -60,8 +67,11 @@ def row(run: dict[str, Any]) -> tuple[str, ...]:
         f"{run['ops']:,}",
         "yes" if run["traces"] else "no",
         f"{run['wall_s']:.1f} s",
+        NOT_REPORTED if run.get("cpu_s") is None else f"{run['cpu_s']:.1f} s",
+        f"{run['load_1m_start']:.1f} -> {run['load_1m_end']:.1f}",
         rate(run["ops_per_s"]),
         NOT_REPORTED if jobs is None else str(jobs),
+        NOT_REPORTED if run.get("spark_stages") is None else str(run["spark_stages"]),
         human_bytes(run["peak_rss_bytes"]),
         verdict(run),
     )

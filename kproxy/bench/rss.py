@@ -75,24 +75,48 @@ def tree_rss_bytes(pid: int) -> int:
     return sum(rss_bytes(p) for p in descendants(pid))
 
 
+def cpu_ticks(pid: int) -> tuple[str, int] | None:
+    """(the process's start time, its user + system CPU in clock ticks), or
+    None when it is gone. The start time tells a reused pid from the first."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return fields[19], int(fields[11]) + int(fields[12])
+
+
 class PeakTreeRss:
     """Samples a process tree's summed RSS in a thread until stopped; `peak`
     is the largest sample, `root_peak` the root process's own high-water
     mark as last seen (growth in its final interval before exit is missed).
-    A context manager: sampling stops on exit."""
+    `cpu_s`: the CPU time (user + system) of every process seen in the tree,
+    each as last sampled (a process's final interval is missed, as is a
+    process that lived less than one interval). A context manager: sampling
+    stops on exit."""
 
     def __init__(self, pid: int, interval_s: float = 0.2) -> None:
         self.pid = pid
         self.interval_s = interval_s
         self.peak = 0
         self.root_peak = 0
+        self._ticks: dict[tuple[int, str], int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name=f"rss-{pid}", daemon=True)
 
+    @property
+    def cpu_s(self) -> float:
+        return sum(self._ticks.values()) / os.sysconf("SC_CLK_TCK")
+
     def _sample(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            tree = descendants(self.pid)
+            self.peak = max(self.peak, sum(rss_bytes(p) for p in tree))
             self.root_peak = max(self.root_peak, hwm_bytes(self.pid))
+            for pid in tree:
+                seen = cpu_ticks(pid)
+                if seen is not None:
+                    self._ticks[(pid, seen[0])] = seen[1]
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> PeakTreeRss:

@@ -26,6 +26,7 @@ class TreeRun:
     wall_s: float
     peak_rss_bytes: int  # the process and its descendants, sampled
     own_peak_rss_bytes: int  # the process alone: its high-water mark (VmHWM) as last sampled
+    cpu_s: float  # user + system CPU of the process and its descendants, sampled (PeakTreeRss.cpu_s)
 
 
 GONE_TIMEOUT_S = 10.0
@@ -74,4 +75,5 @@ def run_tree(command: list[str], log_path: Path, timeout_s: float, sample_interv
             kill_group(process.pid)
         wall_s = time.monotonic() - started
         wait_group_gone(process.pid)
-    return TreeRun(process.pid, None if stopped.is_set() else exit_code, wall_s, sampler.peak, sampler.root_peak)
+    return TreeRun(process.pid, None if stopped.is_set() else exit_code, wall_s, sampler.peak, sampler.root_peak,
+                   round(sampler.cpu_s, 2))

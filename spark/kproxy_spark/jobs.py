@@ -73,6 +73,21 @@ class JobCounter:
             return None
         return len(self._context.statusTracker().getJobIdsForGroup(self._group))
 
+    def stages(self) -> int | None:
+        """The stages the analysis's jobs ran: a stage whose output an earlier
+        job had kept is listed by its job but skipped, and is not counted."""
+        if self._context is None:
+            return None
+        tracker = self._context.statusTracker()
+        ran = set()
+        for job in tracker.getJobIdsForGroup(self._group):
+            info = tracker.getJobInfo(job)
+            for stage in info.stageIds if info is not None else ():
+                stage_info = tracker.getStageInfo(stage)
+                if stage_info is not None and stage_info.numCompletedTasks > 0:
+                    ran.add(stage)
+        return len(ran)
+
 
 def _input_bytes(history_path, traces_dir) -> int:
     """Bytes the analysis reads (local files only; a URL counts as large)."""
@@ -224,7 +239,7 @@ def _analyze_in(spark, history_path, traces_dir, out: Path, derived: bool, names
         prepare_connect(spark, step)
         phases["cluster_setup"] = round(time.monotonic() - begun, 3)
         step("Spark Connect: the analysis's Spark jobs are not counted (Connect has no status tracker); "
-             "report.json says spark_jobs: null")
+             "report.json says spark_jobs and spark_stages: null")
     elif not is_local(spark.sparkContext.master):
         begun = time.monotonic()
         prepare_cluster(spark, step)
@@ -341,6 +356,7 @@ def _analyze_in(spark, history_path, traces_dir, out: Path, derived: bool, names
     report["stats"]["elapsed_s"] = round(time.monotonic() - started, 3)
     report["stats"]["phases_s"] = phases
     report["stats"]["spark_jobs"] = jobs.count()
+    report["stats"]["spark_stages"] = jobs.stages()
     write_json(report, str(out / "report.json"))
     return report
 
