@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kproxy.brokers.process import free_port, spawn, wait_or_kill
-from kproxy.kafka.jars import KafkaJars, KafkaSetupError, Say, broker_jars, major_minor, preflight
+from kproxy.kafka.jars import QUICK_JIT, KafkaJars, KafkaSetupError, Say, broker_jars, major_minor, preflight
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ def _java_command(java: str, jars: KafkaJars, main: str, args: list[str], log_di
     heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m").split()
     # The quick JIT tier: a broker for a run or a test session serves little, and the optimising compiler
     # cost it 1.5 s more CPU to start (3.2-3.5 s against 2.0 s, ready in 4.3-7.9 s against 2.7-3.9 s).
-    cmd = [java, *heap, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
+    cmd = [java, *heap, "-XX:+UseSerialGC", *QUICK_JIT, "-Djava.awt.headless=true",
            "-Dkafka.logs.dir=" + str(log_dir)]
     if jars.home is not None:  # a download's own logging setup (log4j 1 before 4.0, log4j2 since)
         for prop, name in (("log4j.configuration", "log4j.properties"), ("log4j2.configurationFile", "log4j2.yaml")):

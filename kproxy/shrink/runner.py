@@ -303,7 +303,9 @@ def run_shrink(config: ShrinkConfig, *, spark: Any = None, say: Callable[[str], 
                 from kproxy_spark.session import get_session
 
                 say("starting Spark, shared by every candidate's analysis")
-                spark = get_session(quick_start=True)
+                # A dozen analyses or more: the optimising JIT's cost in the first two is repaid from the
+                # third on (docs/performance-analysis.md, "The fixed cost of a small analysis").
+                spark = get_session(quick_start=False)
         runner = _Runner(config, bootstrap, spark, say, clock)
         return _shrink_with(config, start, runner)
     finally:

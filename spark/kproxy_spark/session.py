@@ -82,7 +82,7 @@ def get_session(
     )
     java_options = [f"-Dlog4j2.configurationFile={LOG_CONFIG}"]
     if quick_start:
-        java_options.append("-XX:TieredStopAtLevel=1")
+        java_options += ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
     builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
     for name, setting in (conf or {}).items():
         builder = builder.config(name, setting)

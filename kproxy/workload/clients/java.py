@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kproxy.kafka.jars import (
     DEFAULT_VERSION,
+    QUICK_JIT,
     KafkaJars,
     KafkaSetupError,
     cache_root,
@@ -82,7 +83,7 @@ def java_bridge(jars: KafkaJars) -> Bridge:
     """One JVM running ClientBridge against `jars`."""
     java = preflight(kafka_home=jars.home, version=jars.version, part="client")
     classes = compiled_bridge(jars)
-    cmd = [java.path, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+    cmd = [java.path, "-Xmx256m", "-XX:+UseSerialGC", *QUICK_JIT,
            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
            "-cp", os.pathsep.join([str(classes), jars.classpath_arg]), "ClientBridge"]
     return Bridge(cmd, "the java client bridge")
