@@ -40,11 +40,14 @@ def _quiet(_: str) -> None:
 
 
 #: Below this much input a driver JVM started for one analysis pays more for
-#: its optimising JIT than it gains: a 10-operation analysis 10.8 s -> 8.0 s;
-#: the noida demo's 17 MB 37.1 s -> 31.9 s; 10,000 operations with traces
-#: (50 MB) 41.7 s -> 33.3 s; 100,000 with traces (508 MB) 117.8 s -> 110.2 s
-#: (docs/performance-analysis.md, "The quick JIT tier").
-QUICK_START_BYTES = 512 * 1024 * 1024
+#: its optimising JIT, and for compiling Java for each stage, than it gains:
+#: a 10-operation analysis 10.8 s -> 8.0 s; the noida demo's 17 MB 37.1 s ->
+#: 31.9 s; 10,000 operations with traces (50 MB) 41.7 s -> 33.3 s. Above it
+#: the rows are the work: a million operations' history (321 MB) took 121 s
+#: on the quick tier, interpreted, against 71 s; 100,000 with traces (508 MB)
+#: 142 s against 115 s (docs/performance-analysis.md, "The quick JIT tier"
+#: and "Ten to a million operations").
+QUICK_START_BYTES = 64 * 1024 * 1024
 
 
 class JobCounter:
