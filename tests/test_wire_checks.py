@@ -23,6 +23,32 @@ def _checks(spark, tmp_path, scenario, names=None, **kwargs):
     return {name: rows for name, rows in cases.items() if names is None or name in names}
 
 
+def test_on_a_session_that_shuffles_into_one_partition_the_wire_frame_is_one_task(spark, tmp_path):
+    # Its parts are one partition each; a union would give each its own task and a copy of the whole plan.
+    from kproxy_spark.history import load_history
+    from kproxy_spark.session import shuffles_into_one
+    from kproxy_spark.traces import load_traces
+    from kproxy_spark.wire import read_wire_rows, wire_frame
+
+    assert shuffles_into_one(spark), "the premise: the tests' session shuffles into one partition"
+    history, traces_dir = torn_scenario().write(tmp_path)
+    frame = wire_frame(load_history(spark, str(history)), load_traces(spark, traces_dir))
+    assert frame.rdd.getNumPartitions() == 1
+    cases, _ = read_wire_rows(frame.collect())
+    assert cases["torn-transaction"], "the frame's rows are all there"
+
+
+def test_pysparks_short_jvm_names_are_kept_in_python_and_name_the_same_classes(spark):
+    from pyspark.sql import functions as F
+
+    from kproxy_spark.session import PINNED_JVM_NAMES
+
+    jvm = spark.sparkContext._jvm
+    for short, qualified in PINNED_JVM_NAMES.items():
+        assert vars(jvm)[short]._fqn == qualified  # an attribute of the view: no call into the JVM to find it
+    assert spark.range(3).select(F.col("id") + F.lit(1)).collect()[-1][0] == 3
+
+
 def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tmp_path):
     found = _checks(spark, tmp_path, torn_scenario())
 

@@ -71,10 +71,6 @@ def descendants(pid: int) -> list[int]:
     return tree
 
 
-def tree_rss_bytes(pid: int) -> int:
-    return sum(rss_bytes(p) for p in descendants(pid))
-
-
 def cpu_ticks(pid: int) -> tuple[str, int] | None:
     """(the process's start time, its user + system CPU in clock ticks), or
     None when it is gone. The start time tells a reused pid from the first."""
