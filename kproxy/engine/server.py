@@ -56,8 +56,10 @@ class Engine:
         begun = time.monotonic()
         if not self.owns_spark:
             return 0.0
-        # The quick JIT tier: the optimising one kept compiling, 4 s of CPU in each small analysis after three.
-        self.spark = get_session(self.master, conf=self.conf, quick_start=True)
+        # The optimising JIT: an engine is for loops. Eight analyses of the recorded Tansu run through it took
+        # 8.6 s falling to 5.6 s; on the quick tier 7.2-8.2 s each, no faster by the eighth
+        # (docs/performance-analysis.md, "The fixed cost of a small analysis").
+        self.spark = get_session(self.master, conf=self.conf, quick_start=False)
         warm_up(self.spark)
         return time.monotonic() - begun
 
