@@ -124,12 +124,6 @@ def home_version(home: Path) -> str | None:
     return None
 
 
-#: The JVM's quick JIT tier (a broker or client bridge of one run does little), with the code cache the
-#: default tiered JIT would have: the quick tier alone gets 48 MB, which a long-lived JVM fills, and the
-#: JIT then stops for good, with a warning on stderr.
-QUICK_JIT = ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m")
-
-
 def preflight(*, kafka_home: Path | None = None, version: str | None = None, part: str = "broker") -> Java:
     """Check, without downloading anything, that Kafka can run here; name everything missing at once.
 

@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kproxy.brokers.process import free_port, spawn, wait_or_kill
-from kproxy.kafka.jars import QUICK_JIT, KafkaJars, KafkaSetupError, Say, broker_jars, major_minor, preflight
+from kproxy.jvm_options import QUICK_JIT
+from kproxy.kafka.jars import (
+    KafkaJars,
+    KafkaSetupError,
+    Say,
+    broker_jars,
+    major_minor,
+    preflight,
+)
 
 log = logging.getLogger(__name__)
 

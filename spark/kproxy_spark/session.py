@@ -82,7 +82,9 @@ def get_session(
     )
     java_options = [f"-Dlog4j2.configurationFile={LOG_CONFIG}"]
     if quick_start:
-        java_options += ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
+        from kproxy.jvm_options import QUICK_JIT
+
+        java_options += QUICK_JIT
     builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
     for name, setting in (conf or {}).items():
         builder = builder.config(name, setting)

@@ -24,9 +24,9 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from kproxy.jvm_options import QUICK_JIT
 from kproxy.kafka.jars import (
     DEFAULT_VERSION,
-    QUICK_JIT,
     KafkaJars,
     KafkaSetupError,
     cache_root,
