@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kproxy.demo import run_demo
+from kproxy.demo import profile_for, run_demo
 from kproxy.faults.loader import load_rule_file
 from kproxy.shrink.runner import NotReproduced, ShrinkConfig, run_shrink
-from kproxy.shrink.search import anomaly_appears
+from kproxy.shrink.search import Floors, anomaly_appears
 
 DATA = Path(__file__).parent / "data"
 RULES = Path(__file__).parent.parent / "rules"
@@ -44,8 +44,10 @@ def test_shrink_drops_the_unrelated_rule_and_keeps_every_run(broker, spark, tmp_
     # Two runs a candidate: whether a stale commit tears a transaction or commits all of it depends on how
     # the client batched that transaction's sends, and a suite run once met a five-second run with six
     # stale commits and no tear. The rejected candidate pays both runs; a kept one stops at its first tear.
+    # Floors at the starting workload: the three candidates are the rule moves, not the run-time ones.
     config = ShrinkConfig(rules_file=two_rules(tmp_path), anomaly="torn-transaction", out_dir=out,
-                          bootstrap=broker.bootstrap, duration=5, max_candidates=3, runs_per_candidate=2)
+                          bootstrap=broker.bootstrap, duration=5, max_candidates=3, runs_per_candidate=2,
+                          floors=Floors(duration=5, processes=profile_for("torn-transaction").concurrency))
     lines: list[str] = []
     outcome = run_shrink(config, spark=spark, say=lines.append)
     summary = json.loads((out / "shrink.json").read_text())
@@ -187,7 +189,7 @@ def test_the_torn_transaction_shrinks_to_its_endtxn_rule_and_replays(broker, spa
     assert sum(minimal[k] < start[k] for k in start) >= 2, (start, minimal)
     # Replaying the minimal rule file with the minimal workload finds the torn transaction again.
     w = minimal
-    from kproxy.demo import WorkloadProfile, profile_for
+    from kproxy.demo import WorkloadProfile
     from dataclasses import replace
 
     profile: WorkloadProfile = replace(profile_for("torn-transaction"), concurrency=w["processes"],

@@ -38,8 +38,10 @@ def judge_with(predicate):
 
     def judge(candidate, axis, change):
         calls.append((axis, change))
+        judge.ran.append(candidate.key())
         return Verdict(reproduced=predicate(candidate), runs=1, hits=int(predicate(candidate)))
 
+    judge.ran = []  # every candidate run, as its key: a change's words may recur with other rules
     return judge, calls
 
 
@@ -96,7 +98,29 @@ def test_the_torn_rule_alone_survives_with_a_smaller_workload():
         "max transaction length 4 -> 3"]
     # Every run the callback made is a step, and no candidate ran twice.
     assert len([s for s in result.steps if s.outcome in ("kept", "rejected")]) == len(calls)
-    assert len(set(calls)) == len(calls)
+    assert len(set(judge.ran)) == len(judge.ran)
+
+
+def test_a_fault_that_shows_in_the_shortest_run_is_shrunk_with_short_runs():
+    # The torn transaction here needs only its rule: the run-time moves come first, straight to the
+    # floors, and every rule move after them is run with the short workload.
+    judge, calls = judge_with(lambda c: any(r["id"] == "stale-commit" for r in c.rules["rules"]))
+    result = shrink(START, judge, floors=Floors(duration=2))
+    assert [s.change for s in result.steps[:2]] == ["duration (s) 20 -> 2", "processes 3 -> 1"]
+    assert all(s.outcome == "kept" for s in result.steps[:2])
+    rule_moves = [s for s in result.steps if s.axis != "workload"]
+    assert rule_moves and len(calls) == len([s for s in result.steps if s.outcome in ("kept", "rejected")])
+    assert (result.best.workload.duration, result.best.workload.processes) == (2, 1)
+
+
+def test_a_floor_the_fault_needs_more_than_is_tried_once_and_searched_later():
+    judge, _ = judge_with(torn_appears)
+    result = shrink(START, judge, floors=Floors(duration=2))
+    assert [(s.change, s.outcome) for s in result.steps[:2]] == [
+        ("duration (s) 20 -> 2", "rejected"), ("processes 3 -> 1", "rejected")]
+    # The workload pass still finds each axis' threshold, and runs no candidate twice.
+    assert (result.best.workload.processes, result.best.workload.duration >= 5) == (2, True)
+    assert len(set(judge.ran)) == len(judge.ran)
 
 
 def test_the_same_verdicts_give_the_same_result():
@@ -143,7 +167,7 @@ def test_invalid_candidates_are_refused_before_they_run():
 
 
 def test_a_stop_from_the_callback_keeps_the_best_so_far():
-    budget = iter(range(3))
+    budget = iter(range(5))  # the two run-time tries (both rejected), then three more
 
     def judge(candidate, axis, change):
         if next(budget, None) is None:
@@ -161,7 +185,7 @@ def test_ctrl_c_keeps_the_best_so_far():
 
     def judge(candidate, axis, change):
         seen.append(change)
-        if len(seen) == 2:
+        if len(seen) == 4:  # the two run-time tries (both rejected), one rule move, then ^C
             raise KeyboardInterrupt
         return Verdict(reproduced=torn_appears(candidate))
 
@@ -174,7 +198,7 @@ def test_without_a_rule_to_blame_the_empty_rule_set_is_tried():
     judge, calls = judge_with(lambda c: True)
     result = shrink(START, judge, require_rule=False)
     assert result.best.rule_ids == []
-    assert calls[0] == ("rules", "drop every rule")
+    assert calls[2] == ("rules", "drop every rule")  # after the two run-time moves
 
 
 REPORT = {
