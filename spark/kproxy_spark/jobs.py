@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kproxy_spark.cluster import ClusterSetupError, is_local, prepare_cluster, prepare_connect
+from kproxy_spark.inputs import RemoteInputError, is_remote, local_path
 from kproxy_spark.report import (
     EXIT_INTERNAL,
     EXIT_USAGE,
@@ -31,6 +32,7 @@ from kproxy_spark.report import (
     format_summary,
     write_json,
 )
+from kproxy_spark.traces import TRACE_SUFFIXES
 
 Progress = Callable[[str], None]
 
@@ -93,13 +95,29 @@ class JobCounter:
 
 
 def _input_bytes(history_path, traces_dir) -> int:
-    """Bytes the analysis reads (local files only; a URL counts as large)."""
-    if "://" in str(history_path) or "://" in str(traces_dir):
+    """Bytes the analysis reads, before Spark starts: an input on a Hadoop file system counts as large
+    (sized once the session can list it: _sized_input)."""
+    if is_remote(history_path) or is_remote(traces_dir):
         return 1 << 40
-    size = Path(history_path).stat().st_size if history_path is not None else 0
-    if traces_dir is not None:
-        size += sum(p.stat().st_size for p in Path(traces_dir).rglob("*") if p.is_file())
-    return size
+    return sum(_local_bytes(path) for path in (history_path, traces_dir) if path is not None)
+
+
+def _local_bytes(path) -> int:  # a path or a file:// URI
+    local = Path(local_path(path))
+    if local.is_file():
+        return local.stat().st_size
+    return sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
+
+
+def _sized_input(spark, history_path, traces_dir, input_bytes: int) -> int:
+    """`input_bytes`, with inputs on a Hadoop file system sized there (what the session is sized to)."""
+    from kproxy_spark.inputs import HadoopPath
+    from kproxy_spark.session import is_connect
+
+    if not (is_remote(history_path) or is_remote(traces_dir)) or is_connect(spark):
+        return input_bytes  # all local, or no JVM to ask
+    return sum(HadoopPath(spark, str(path)).size() if is_remote(path) else _local_bytes(path)
+               for path in (history_path, traces_dir) if path is not None)
 
 
 def _absolute(path):  # noqa: ANN001, ANN202 - a path, a URL or None, the same back
@@ -113,9 +131,6 @@ class InputError(Exception):
     """The history or traces cannot be read (exit code 2)."""
 
 
-# The trace files load_traces reads (side files, .records, hold no events).
-TRACE_SUFFIXES = (".events", ".jsonl", ".jsonl.gz", ".parquet")
-
 
 def check_trace_versions(traces_dir: str | os.PathLike) -> None:
     """Refuse, before any Spark job, a trace file written under a schema version this kproxy does not read.
@@ -125,12 +140,30 @@ def check_trace_versions(traces_dir: str | os.PathLike) -> None:
     """
     from kproxy.obs.trace_files import TraceFileError, check_file_version
 
-    for path in sorted(Path(traces_dir).rglob("*")):
+    for path in sorted(Path(local_path(traces_dir)).rglob("*")):
         if path.is_file() and path.name.endswith(TRACE_SUFFIXES):
             try:
                 check_file_version(path)
             except TraceFileError as exc:
                 raise InputError(str(exc)) from None
+
+
+def check_remote_inputs(spark, history_path, traces_dir) -> None:
+    """What analyze() checks of local inputs before Spark starts, for inputs on a Hadoop file system
+    (hdfs://, s3a://, viewfs://): that they are there, and the traces' schema versions. No Spark job."""
+    from kproxy.obs.trace_files import TraceFileError
+    from kproxy_spark.inputs import check_remote_version, require
+    from kproxy_spark.session import is_connect
+
+    try:
+        if is_remote(history_path) and not is_connect(spark):  # a Connect server reports a missing history itself
+            require(spark, str(history_path), "file", "history")
+        if is_remote(traces_dir):
+            for uri, _ in require(spark, str(traces_dir), "directory", "trace directory").files():
+                if uri.endswith(TRACE_SUFFIXES):
+                    check_remote_version(spark, uri)
+    except (RemoteInputError, TraceFileError) as exc:
+        raise InputError(str(exc)) from None
 
 
 def analyze(
@@ -158,12 +191,12 @@ def analyze(
     derived = history_path is None
     if derived and traces_dir is None:
         raise InputError("give a history, traces, or both: without a history the verdict is derived from the traces")
-    # A URL (hdfs://, s3a://) is Spark's to open; only local paths are checked here.
-    if not derived and "://" not in str(history_path) and not Path(history_path).is_file():
+    # Inputs on a Hadoop file system (hdfs://, s3a://) are checked once the session can reach them.
+    if not derived and not is_remote(history_path) and not Path(local_path(history_path)).is_file():
         raise InputError(f"history not found: {history_path}")
-    if traces_dir is not None and not Path(traces_dir).is_dir():
+    if traces_dir is not None and not is_remote(traces_dir) and not Path(local_path(traces_dir)).is_dir():
         raise InputError(f"trace directory not found: {traces_dir}")
-    if traces_dir is not None:
+    if traces_dir is not None and not is_remote(traces_dir):
         check_trace_versions(traces_dir)
     from kproxy.workload.names import NamesFormatError, load_names
 
@@ -195,6 +228,8 @@ def analyze(
         spark = get_session(master, quick_start=input_bytes < QUICK_START_BYTES, conf=spark_conf)
         phases["spark_start"] = round(time.monotonic() - started, 3)
     try:
+        check_remote_inputs(spark, history_path, traces_dir)
+        input_bytes = _sized_input(spark, history_path, traces_dir, input_bytes)
         return _analyze_in(spark, history_path, traces_dir, out, derived, names, isolation, ww_deps, broker,
                            input_bytes, started, phases, step)
     finally:

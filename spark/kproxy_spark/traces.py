@@ -7,6 +7,9 @@ types when a field happens to be null in a whole file.
 
 from __future__ import annotations
 
+import gzip
+import io
+import zlib
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -41,7 +44,11 @@ def load_traces(spark: SparkSession, directory: str | Path, *, lean: bool = Fals
     Fetch at once repeats the same response thousands of times a second
     (docs/traces.md, "Repeated texts").
     """
-    directory = Path(directory)
+    from kproxy_spark.inputs import is_remote, local_path
+
+    if is_remote(directory):
+        return load_remote_traces(spark, str(directory), lean=lean)
+    directory = Path(local_path(directory))
     if not directory.is_dir():
         raise FileNotFoundError(f"trace directory not found: {directory}")
     schema = spark_schema()
@@ -84,7 +91,40 @@ _SOURCE = "_trace_file"
 _SEGMENT_BYTES_PER_TASK = 16 * 1024 * 1024
 
 
-def _partitions_with_records(text: bytes, api, direction, directory: Path, source: str) -> tuple[bytes, bool]:  # noqa: ANN001
+class _LocalSides:
+    """The side files of one local trace directory, opened by name as they are referenced."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def where(self, name: str) -> str:
+        return str(self.directory / name)
+
+    def read(self, name: str, offset: int, length: int) -> bytes:
+        with open(self.directory / name, "rb") as f:
+            f.seek(offset)
+            return f.read(length)
+
+
+class _LoadedSides:
+    """The side files of one remote trace file, read whole by Spark in the same task (load_remote_traces)."""
+
+    def __init__(self, directory: str, contents: dict[str, bytes]) -> None:
+        self.directory, self.contents = directory, contents
+
+    def where(self, name: str) -> str:
+        return f"{self.directory}/{name}"
+
+    def read(self, name: str, offset: int, length: int) -> bytes:
+        content = self.contents.get(name)
+        if content is None:
+            # The writer only points at the side file it writes beside its trace file (docs/traces.md).
+            raise FileNotFoundError(f"{self.where(name)}: side file not found beside the trace file that references "
+                                    "it (a remote trace file is read with its own side file, <name>.records)")
+        return content[offset : offset + length]
+
+
+def _partitions_with_records(text: bytes, api, direction, sides, source: str) -> tuple[bytes, bool]:
     """A partitions text with `records` decoded from the side file where it points at one, and whether
     it is a Fetch response's that carries no record at all (nothing to read but offsets and entries)."""
     import orjson
@@ -95,33 +135,32 @@ def _partitions_with_records(text: bytes, api, direction, directory: Path, sourc
     decoded = False
     for part in parts:
         if part.get("records_file") and part.get("records") is None:
-            part["records"] = _side_records(part, api, direction, directory, source)
+            part["records"] = _side_records(part, api, direction, sides, source)
             decoded = True
     empty = api == "fetch" and direction == "response" and not any(
         part.get("records") or part.get("batches") or part.get("records_file") for part in parts)
     return (orjson.dumps(parts, default=json_default) if decoded else text), empty
 
 
-def _side_records(part: dict, api, direction, directory: Path, source: str):  # noqa: ANN001, ANN202
+def _side_records(part: dict, api, direction, sides, source: str):
     from kproxy.protocol.record_views import side_records
 
-    path = directory / part["records_file"]
-    offset, length = part["records_offset"], part["records_length"]
-    with open(path, "rb") as f:
-        f.seek(offset)
-        raw = f.read(length)
+    name, offset, length = part["records_file"], part["records_offset"], part["records_length"]
+    raw = sides.read(name, offset, length)
     if len(raw) != length:
-        raise ValueError(f"{path}: {length} bytes at offset {offset} referenced by {source}, only {len(raw)} there")
+        raise ValueError(f"{sides.where(name)}: {length} bytes at offset {offset} referenced by {source}, "
+                         f"only {len(raw)} there")
     return side_records(raw, api, direction, part)
 
 
-def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None) -> None:
+def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None, sides=None) -> None:
     """Fill in the side records of one segment's partitions texts (each distinct text decoded once);
-    with `kept` (lean), null the repeats of record-free Fetch responses already in `kept`."""
+    with `kept` (lean), null the repeats of record-free Fetch responses already in `kept`. The side
+    files are `source`'s local neighbours unless `sides` holds them."""
     texts = cells.get("partitions")
     if texts is None:
         return
-    directory = Path(source).parent
+    sides = _LocalSides(Path(source).parent) if sides is None else sides
     api, direction = cells.get("api") or [None] * n, cells.get("direction") or [None] * n
     rule, upstream = cells.get("rule") or [None] * n, cells.get("upstream_partitions") or [None] * n
     done: dict = {}
@@ -131,7 +170,7 @@ def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None) -> N
         key = (api[i], direction[i], text)
         resolved = done.get(key)
         if resolved is None:
-            resolved = done[key] = _partitions_with_records(text, api[i], direction[i], directory, source)
+            resolved = done[key] = _partitions_with_records(text, api[i], direction[i], sides, source)
         text, empty = resolved
         if kept is not None and empty and rule[i] is None and upstream[i] is None:
             if text in kept:
@@ -166,37 +205,172 @@ def load_segments(spark: SparkSession, files: list[str], *, lean: bool = False) 
     ends at its last complete segment; a damaged segment fails the analysis,
     naming the file and offset. `lean`: see load_traces.
     """
-    from pyspark.sql import types as T
-
-    from kproxy.obs.trace_schema import EVENT, spark_type
-    from kproxy.obs.trace_segments import COLUMNS, segment_index
+    from kproxy.obs.trace_segments import segment_index
 
     index = [(path, offset, length) for path in files for offset, length in segment_index(path)]
-    flat = T.StructType(
-        [T.StructField(f.name, T.StringType() if kind == "json" else spark_type(f.type), True)
-         for f, (_, kind) in zip(EVENT, COLUMNS, strict=True)]
-    )
     if not index:
         return spark.createDataFrame([], spark_schema())
     slices = min(len(index), max(1, -(-sum(length for _, _, length in index) // _SEGMENT_BYTES_PER_TASK)))
     segments = spark.createDataFrame(index, "path string, offset long, length long").repartition(slices)
-    events = segments.mapInArrow(lambda batches: _segment_batches(batches, lean), flat)
-    return events.select(*[
+    return _typed_events(segments.mapInArrow(lambda batches: _segment_batches(batches, lean), _flat_schema()))
+
+
+def _flat_schema():  # a StructType
+    """The events as the executors hand them over: the schema's columns, nested ones as JSON text."""
+    from pyspark.sql import types as T
+
+    from kproxy.obs.trace_schema import EVENT, spark_type
+    from kproxy.obs.trace_segments import COLUMNS
+
+    return T.StructType(
+        [T.StructField(f.name, T.StringType() if kind == "json" else spark_type(f.type), True)
+         for f, (_, kind) in zip(EVENT, COLUMNS, strict=True)]
+    )
+
+
+def _typed_events(flat: DataFrame) -> DataFrame:
+    """Flat events with their nested columns parsed by Spark with the schema's own types."""
+    from kproxy.obs.trace_schema import EVENT, spark_type
+    from kproxy.obs.trace_segments import COLUMNS
+
+    return flat.select(*[
         F.from_json(f.name, spark_type(f.type)).alias(f.name) if kind == "json" else F.col(f.name)
         for f, (_, kind) in zip(EVENT, COLUMNS, strict=True)
     ])
+
+
+# The trace files of a directory (side files, .records, hold no events), and a file's name without them.
+TRACE_SUFFIXES = (".events", ".jsonl", ".jsonl.gz", ".parquet")
+_TRACE_OR_SIDE = r"\.(events|jsonl\.gz|jsonl|parquet|records)$"
+
+# Events per Arrow batch when a remote JSON Lines or Parquet file is handed over.
+_REMOTE_EVENTS_PER_BATCH = 4096
+
+
+def load_remote_traces(spark: SparkSession, uri: str, *, lean: bool = False) -> DataFrame:
+    """load_traces for a directory on a Hadoop file system (hdfs://, s3a://, viewfs://, ...).
+
+    The driver lists it through Hadoop (kproxy_spark.inputs); the executors
+    read each trace file whole with Spark's binaryFile reader, together with
+    its own side file (`<name>.records`, the only one its events point at),
+    and hand its events over as load_segments does, nested fields as JSON
+    text that Spark parses with the schema's types. Python on an executor
+    cannot open a Hadoop URI, so a side file travels with its trace file
+    (one shuffle of the trace's bytes) instead of being opened by name.
+    """
+    from kproxy_spark.inputs import require
+
+    files = [name for name, _ in require(spark, uri, "directory", "trace directory").files()]
+    if not any(name.endswith(TRACE_SUFFIXES) for name in files):
+        return spark.createDataFrame([], spark_schema())
+    glob = "*.{" + ",".join(suffix.lstrip(".") for suffix in (*TRACE_SUFFIXES, ".records")) + "}"
+    raw = (spark.read.format("binaryFile").option("recursiveFileLookup", "true").option("pathGlobFilter", glob)
+           .load(uri).select("path", "content"))
+    paired = raw.withColumn("_stem", F.regexp_replace("path", _TRACE_OR_SIDE, ""))
+    flat = paired.groupBy("_stem").applyInArrow(lambda table: _remote_file_events(table, lean), _flat_schema())
+    return _typed_events(flat)
+
+
+def _remote_file_events(table, lean: bool):  # runs on the executors (applyInArrow)
+    """One trace file's events (with any files of the same name, i.e. its side file) as one Arrow table."""
+    import pyarrow as pa
+
+    from kproxy.obs.trace_segments import cells_to_arrow
+    from kproxy_spark.inputs import base_name
+
+    files = table.select(["path", "content"]).to_pylist()
+    directory = files[0]["path"].rsplit("/", 1)[0]
+    sides = _LoadedSides(directory, {base_name(f["path"]): f["content"] for f in files
+                                     if f["path"].endswith(".records")})
+    batches = [batch for f in files if not f["path"].endswith(".records")
+               for batch in _remote_batches(f["path"], f["content"], sides, lean)]
+    return pa.Table.from_batches(batches) if batches else pa.Table.from_batches([cells_to_arrow(0, {})])
+
+
+def _remote_batches(path: str, content: bytes, sides: _LoadedSides, lean: bool):
+    if path.endswith(".events"):
+        return _segment_content_batches(path, content, sides, lean)
+    events = _parquet_events(content) if path.endswith(".parquet") else _jsonl_events(path, content)
+    return _event_batches(events, path, sides)
+
+
+def _segment_content_batches(path: str, content: bytes, sides: _LoadedSides, lean: bool):
+    """A segment file's events, segment by segment, as _segment_batches reads a local one."""
+    from kproxy.obs.trace_segments import SegmentError, SegmentFile, cells_to_arrow
+    from kproxy_spark.inputs import with_uri
+
+    kept: set | None = set() if lean else None
+    try:
+        segments = SegmentFile(path, data=content)
+        for index in range(len(segments.segments)):
+            n, columns = segments.columns_of(index)
+            cells = dict(zip((name for name, _ in segments.columns), columns))
+            _resolve_partitions(n, cells, path, kept, sides)
+            yield cells_to_arrow(n, cells)
+    except SegmentError as exc:
+        raise SegmentError(with_uri(str(exc), path)) from None
+
+
+def _jsonl_events(path: str, content: bytes):
+    """A JSON Lines trace file's events; lines that are not JSON objects with a direction are left out,
+    as reading a local file leaves out the all-null rows Spark makes of them (a killed writer's torn line)."""
+    import orjson
+
+    from kproxy.obs.trace_files import TraceFileError
+
+    if path.endswith(".gz"):
+        try:
+            content = gzip.decompress(content)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFileError(f"{path}: not a readable gzip-compressed trace: {exc}") from None
+    for line in content.split(b"\n"):
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if type(event) is dict and event.get("direction") is not None:
+            yield event
+
+
+def _parquet_events(content: bytes):
+    """A Parquet trace file's events (a column an older writer lacked reads as null)."""
+    import pyarrow.parquet as pq
+
+    for event in pq.read_table(io.BytesIO(content)).to_pylist():
+        if event.get("direction") is not None:
+            yield event
+
+
+def _event_batches(events, source: str, sides: _LoadedSides):
+    """Events as flat Arrow batches (nested fields as JSON text), side records filled in."""
+    from itertools import islice
+
+    import orjson
+
+    from kproxy.obs.trace_segments import COLUMNS, cells_to_arrow, json_default
+
+    events = iter(events)
+    while chunk := list(islice(events, _REMOTE_EVENTS_PER_BATCH)):
+        cells = {}
+        for name, kind in COLUMNS:
+            values = [event.get(name) for event in chunk]
+            if kind == "json":
+                values = [None if v is None else orjson.dumps(v, default=json_default) for v in values]
+            cells[name] = values
+        _resolve_partitions(len(chunk), cells, source, None, sides)
+        yield cells_to_arrow(len(chunk), cells)
 
 
 def _decode_side_partitions(partitions, source, api, direction):  # noqa: ANN001, ANN202 - runs on the executors
     """A version-3 event's partitions with `records` decoded from the raw batches in its side file."""
     from urllib.parse import unquote, urlparse
 
-    directory = Path(unquote(urlparse(source).path)).parent
+    sides = _LocalSides(Path(unquote(urlparse(source).path)).parent)
     out = []
     for row in partitions:
         part = row.asDict(recursive=True)
         if part.get("records_file") and part.get("records") is None:
-            part["records"] = _side_records(part, api, direction, directory, source)
+            part["records"] = _side_records(part, api, direction, sides, source)
         out.append(part)
     return out
 
