@@ -25,8 +25,9 @@ from kproxy_spark.cluster import EXECUTOR_MODULES, analysis_zip, explain_failure
 ROOT = Path(__file__).resolve().parent.parent
 #: Imported by the analysis but only on the driver: report.html is drawn
 #: there; protobuf's `google._upb` only by a Spark Connect client, to build
-#: its plans (kproxy_spark.session).
-DRIVER_ONLY = {"matplotlib", "google"}
+#: its plans (kproxy_spark.session); py4j (PySpark's own) by the driver's
+#: calls into its JVM (kproxy_spark.jvm_calls).
+DRIVER_ONLY = {"matplotlib", "google", "py4j"}
 
 
 def sources() -> dict[str, Path]:

@@ -41,12 +41,37 @@ def test_on_a_session_that_shuffles_into_one_partition_the_wire_frame_is_one_tas
 def test_pysparks_short_jvm_names_are_kept_in_python_and_name_the_same_classes(spark):
     from pyspark.sql import functions as F
 
-    from kproxy_spark.session import PINNED_JVM_NAMES
+    from kproxy_spark.jvm_calls import PINNED_JVM_NAMES
 
     jvm = spark.sparkContext._jvm
     for short, qualified in PINNED_JVM_NAMES.items():
-        assert vars(jvm)[short]._fqn == qualified  # an attribute of the view: no call into the JVM to find it
+        # Attributes of the view, by either name: no call into the JVM to find them.
+        assert vars(jvm)[short]._fqn == qualified and vars(jvm)[qualified] is vars(jvm)[short]
     assert spark.range(3).select(F.col("id") + F.lit(1)).collect()[-1][0] == 3
+
+
+def test_a_column_function_and_a_list_of_columns_cross_in_one_call_each(spark):
+    from pyspark.sql import functions as F
+
+    frame = spark.range(3)
+    F.col("id")  # the function's member, found once
+    client = spark.sparkContext._gateway._gateway_client
+    sent = []
+    send = client.send_command
+    client.send_command = lambda command, *rest, **named: sent.append(command) or send(command, *rest, **named)
+    try:
+        F.col("id")
+        assert len(sent) == 1, sent  # the call alone: no look-up of the class or its member
+        del sent[:]
+        columns = [F.col("id").alias(f"c{i}") for i in range(23)]
+        del sent[:]
+        picked = frame.select(*columns)
+        # The list of 23 columns: three List.of and two addAll calls and the ArrayList, not 24 calls.
+        assert len([c for c in sent if not c.startswith("m\n")]) <= 10, sent
+    finally:
+        client.send_command = send
+    assert picked.columns == [f"c{i}" for i in range(23)]
+    assert picked.collect()[-1] == tuple([2] * 23)
 
 
 def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tmp_path):

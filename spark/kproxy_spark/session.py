@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from kproxy_spark.jvm_calls import pin_jvm_names
+
 #: A join whose every side is in one partition stays unshuffled only while
 #: Spark estimates it below this size; after a few joins its estimates run
 #: to exabytes on a trace of kilobytes. The analysis puts frames in one
@@ -92,29 +94,6 @@ def get_session(
     session.sparkContext.setLogLevel("ERROR")
     pin_jvm_names(session)
     return session
-
-
-#: JVM classes PySpark names without their package, each a call into the JVM per use.
-PINNED_JVM_NAMES = {
-    "functions": "org.apache.spark.sql.functions",
-    "PythonUtils": "org.apache.spark.api.python.PythonUtils",
-    "PythonSQLUtils": "org.apache.spark.sql.api.python.PythonSQLUtils",
-}
-
-
-def pin_jvm_names(session: SparkSession) -> None:
-    """Resolve once the JVM classes PySpark's columns look up by short name.
-
-    Every column PySpark builds asks the JVM for `functions` by that short
-    name (about 2,000 such calls in a small analysis). py4j resolves a short
-    name by trying it bare and under each imported package in turn, and each
-    miss searches every jar on the class path: seven misses before it finds
-    org.apache.spark.sql.functions. Kept on the session's JVM view, the
-    names resolve in Python without a call; the classes are the same.
-    """
-    jvm = session.sparkContext._jvm
-    for short, qualified in PINNED_JVM_NAMES.items():
-        setattr(jvm, short, getattr(jvm, qualified))
 
 
 #: The settings get_session gives a classic session that a Spark Connect

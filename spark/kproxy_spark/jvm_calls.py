@@ -1,0 +1,98 @@
+"""Fewer round trips into the JVM while PySpark builds the analysis's plans.
+
+A small analysis builds its plans with about 15,000 py4j calls, each a
+round trip to the driver's JVM, and half of them ask nothing new:
+
+* PySpark finds each column function by looking up
+  `org.apache.spark.sql.functions` on the JVM view, then the function on that
+  class: two reflection calls before the call itself (4,700 in a small
+  analysis);
+* each list of columns crosses as a java.util.ArrayList that py4j fills one
+  element per call (2,400 calls).
+
+`pin_jvm_names` answers the look-ups in Python after the first, and installs
+a list conversion that crosses in a few calls. The classes, methods and lists
+the JVM receives are the same.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from py4j.java_gateway import JavaClass, JavaMember, JavaObject
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: JVM classes PySpark looks up by name (short or qualified) for each column it builds.
+PINNED_JVM_NAMES = {
+    "functions": "org.apache.spark.sql.functions",
+    "PythonUtils": "org.apache.spark.api.python.PythonUtils",
+    "PythonSQLUtils": "org.apache.spark.sql.api.python.PythonSQLUtils",
+}
+
+#: java.util.List.of takes up to ten elements without an array.
+LIST_OF_ARITY = 10
+
+
+class StaticMethods:
+    """A JVM class whose static methods are found once each: py4j asks the JVM
+    what a class's member is on every attribute access. Anything that is not
+    a method (a field's value may change) is asked for every time."""
+
+    def __init__(self, java_class: JavaClass) -> None:
+        self._class = java_class
+        self._fqn = java_class._fqn
+        self._methods: dict[str, JavaMember] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        method = self._methods.get(name)
+        if method is None:
+            member = getattr(self._class, name)
+            if not isinstance(member, JavaMember):
+                return member
+            method = self._methods[name] = member
+        return method
+
+    def __call__(self, *args: Any) -> Any:
+        return self._class(*args)
+
+
+class ObjectListConverter:
+    """py4j's conversion of a Python list of JVM objects (PySpark's lists of
+    columns) to a java.util.ArrayList, in one call per ten elements instead of
+    one per element. Lists holding anything else (None, strings, numbers) are
+    left to py4j's own converter, which comes after this one."""
+
+    def __init__(self, gateway_client: Any) -> None:
+        self._new_list = JavaClass("java.util.ArrayList", gateway_client)
+        self._list_of = StaticMethods(JavaClass("java.util.List", gateway_client))
+
+    def can_convert(self, value: Any) -> bool:
+        # Below three elements py4j's own conversion takes no more calls.
+        return isinstance(value, list) and len(value) >= 3 and all(isinstance(v, JavaObject) for v in value)
+
+    def convert(self, value: list, gateway_client: Any) -> JavaObject:
+        chunks = [value[i:i + LIST_OF_ARITY] for i in range(0, len(value), LIST_OF_ARITY)]
+        # A mutable ArrayList, as py4j's own converter gives: the receiving method may change it.
+        java_list = self._new_list(self._list_of.of(*chunks[0]))
+        for chunk in chunks[1:]:
+            java_list.addAll(self._list_of.of(*chunk))
+        return java_list
+
+
+def pin_jvm_names(session: SparkSession) -> None:
+    """Keep PySpark's JVM classes (by short and qualified name) on the
+    session's JVM view with their methods found once, and convert lists of
+    columns in a few calls (the module's docstring says why)."""
+    context = session.sparkContext
+    jvm = context._jvm
+    for short, qualified in PINNED_JVM_NAMES.items():
+        existing = vars(jvm).get(qualified)
+        methods = existing if isinstance(existing, StaticMethods) else StaticMethods(getattr(jvm, qualified))
+        setattr(jvm, short, methods)
+        setattr(jvm, qualified, methods)
+    client = context._gateway._gateway_client
+    converters = client.converters
+    if converters is not None and not any(isinstance(c, ObjectListConverter) for c in converters):
+        converters.insert(0, ObjectListConverter(client))
