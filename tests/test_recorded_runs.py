@@ -5,8 +5,10 @@ broker that shows it, and a rule is credited only with what it caused."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.fixtures.trace_fold import refold
@@ -151,6 +153,26 @@ def test_idle_fetches_keep_their_events_and_change_no_finding(analysed, spark, t
     assert folded["stats"]["trace_events"] == events
     responses = {row["api"]: row["responses"] for row in flooded["stats"]["latency"]}
     assert {row["api"]: row["responses"] for row in folded["stats"]["latency"]} == responses
+
+
+def _cases(report: dict) -> dict[str, list[bytes]]:
+    # Cases within an anomaly come in no fixed order.
+    return {name: sorted(orjson.dumps(case, option=orjson.OPT_SORT_KEYS) for case in cases)
+            for name, cases in report["anomalies"].items()}
+
+
+def test_a_recorded_run_read_through_viewfs_gives_the_local_report(analysed, spark, mounted, tmp_path):
+    from kproxy_spark.jobs import analyze
+
+    here = analysed("tansu-torn-transaction")
+    local, uri = mounted
+    shutil.copytree(RECORDED / "tansu-torn-transaction", local / "run")
+    there = analyze(f"{uri}/run/history.jsonl", f"{uri}/run/traces", str(tmp_path / "viewfs"), spark=spark)
+    assert there["counts"] == here["counts"]
+    assert here["counts"]["torn-transaction"] > 0
+    assert _cases(there) == _cases(here)
+    assert there["stats"]["trace_events"] == here["stats"]["trace_events"]
+    assert orjson.loads((tmp_path / "viewfs" / "report.json").read_bytes())["counts"] == here["counts"]
 
 
 def test_on_noida_the_writes_a_stale_commit_cut_off_from_their_transaction_are_the_rules(analysed):

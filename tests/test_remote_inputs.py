@@ -2,16 +2,17 @@
 
 viewfs:// is Hadoop's mount-table file system, in the Hadoop client jars
 PySpark ships: a mount table set on the session's Hadoop configuration
-maps viewfs://TABLE/runs onto a temporary directory, so the same files are
-read once as local paths and once through Hadoop (listing, sizes, version
-checks and the executors' binaryFile reads), and must give the same report.
+maps viewfs://TABLE/runs onto a temporary directory (the `mounted` fixture,
+tests/fixtures/viewfs.py), so the same files are read once as local paths
+and once through Hadoop (listing, sizes, version checks and the executors'
+binaryFile reads). That a whole recorded run gives the same report both
+ways is in tests/test_recorded_runs.py, beside the local report it compares with.
 """
 
 from __future__ import annotations
 
 import gzip
 import shutil
-import uuid
 from pathlib import Path
 
 import orjson
@@ -20,41 +21,6 @@ import pytest
 pytestmark = pytest.mark.spark
 
 RECORDED = Path(__file__).parent / "data" / "recorded" / "tansu-torn-transaction"
-
-
-@pytest.fixture
-def mounted(spark, tmp_path: Path):
-    """(a local directory, the viewfs:// URI of the same directory)."""
-    # A table of its own per test: Hadoop caches a file system per scheme and authority.
-    table = f"kproxy{uuid.uuid4().hex[:12]}"
-    key = f"fs.viewfs.mounttable.{table}.link./runs"
-    local = tmp_path / "runs"
-    local.mkdir()
-    conf = spark._jsc.hadoopConfiguration()
-    conf.set(key, local.as_uri())
-    yield local, f"viewfs://{table}/runs"
-    conf.unset(key)
-
-
-def _cases(report: dict) -> dict[str, list[bytes]]:
-    # Cases within an anomaly come in no fixed order.
-    return {name: sorted(orjson.dumps(case, option=orjson.OPT_SORT_KEYS) for case in cases)
-            for name, cases in report["anomalies"].items()}
-
-
-def test_a_recorded_run_read_through_viewfs_gives_the_local_report(spark, mounted, tmp_path: Path) -> None:
-    from kproxy_spark.jobs import analyze
-
-    local, uri = mounted
-    shutil.copytree(RECORDED, local / "run")
-    here = analyze(str(local / "run" / "history.jsonl"), str(local / "run" / "traces"), str(tmp_path / "local"),
-                   spark=spark)
-    there = analyze(f"{uri}/run/history.jsonl", f"{uri}/run/traces", str(tmp_path / "viewfs"), spark=spark)
-    assert there["counts"] == here["counts"]
-    assert here["counts"]["torn-transaction"] > 0
-    assert _cases(there) == _cases(here)
-    assert there["stats"]["trace_events"] == here["stats"]["trace_events"]
-    assert orjson.loads((tmp_path / "viewfs" / "report.json").read_bytes())["counts"] == here["counts"]
 
 
 def _side_file_traces(directory: Path) -> int:
