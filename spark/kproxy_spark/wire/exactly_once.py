@@ -86,6 +86,11 @@ def decided(commits: DataFrame, views: WireViews) -> DataFrame:
         "_n", "_row", "_end_mono", "_copy", *[f"_{c}" for c in TXN_KEY])
 
 
+def decided_commits(views: WireViews) -> DataFrame:
+    """offset_commits with the EndTxn that decided each (`decided`)."""
+    return decided(offset_commits(views.traces), views)
+
+
 def committed_chain(commits: DataFrame) -> DataFrame:
     """Each offset commit (`decided` ones) with its fate, and for committed ones the link before it in its
     group partition."""
@@ -251,8 +256,8 @@ def exactly_once_breaks(views: WireViews) -> DataFrame:
     """Per group and input partition: committed offsets that went back (overlap) or skipped input (gap),
     and transactions whose output and input offsets did not commit together."""
     # Every offset commit with its decision, built once for the chain and for the output check.
-    commits = decided(offset_commits(views.traces), views)
-    chain = committed_chain(commits)
+    commits = views.shared(decided_commits)
+    chain = views.keep(committed_chain(commits))
     return _overlaps(views, chain).unionByName(_gaps(views, chain)).unionByName(_apart(views, commits, _output(views)))
 
 

@@ -78,7 +78,7 @@ def torn_transactions(views: WireViews) -> DataFrame:
     of a transactional producer that no history op claims are grouped by
     the producer's client-side synthetic number instead."""
     log = views.log
-    claimed = sends_with_landings(views).where((F.col("f") == "txn") & F.col("offset").isNotNull())
+    claimed = views.shared(sends_with_landings).where((F.col("f") == "txn") & F.col("offset").isNotNull())
     by_op = _fate_summary(
         ["index"],
         claimed,
@@ -133,7 +133,7 @@ def client_outcome_mismatches(views: WireViews) -> DataFrame:
     """Ops whose client outcome contradicts the wire, both ways:
     `client-fail-wire-committed` (a definite failure or abort whose values
     committed) and `client-ok-wire-aborted` (an ok whose values aborted)."""
-    landed = sends_with_landings(views).where(
+    landed = views.shared(sends_with_landings).where(
         F.col("f").isin("send", "txn") & F.col("type").isin("ok", "fail") & F.col("offset").isNotNull()
     )
     summary = _fate_summary(

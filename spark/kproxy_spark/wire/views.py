@@ -7,7 +7,8 @@ nothing else.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from pyspark.sql import DataFrame
@@ -62,7 +63,8 @@ class WireViews:
     every record that landed, with its fate (landings). The derived frames
     below are built once per analysis, for the checks and the facts that
     read them alike (building a frame's plan is most of the wire phase's
-    driver time on a small input).
+    driver time on a small input). held: where the releases of the rows
+    kept here go (the caller's list).
     """
 
     ops: DataFrame
@@ -72,6 +74,22 @@ class WireViews:
     fetched: DataFrame
     ends: DataFrame
     log: DataFrame
+    held: list | None = None
+    _shared: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def keep(self, frame: DataFrame) -> DataFrame:
+        """`frame` computed once by the job that collects the checks, its plan cut off: a frame several
+        checks build on (or one check several times) is otherwise planned, optimised and computed once
+        per use (the exactly-once check's offset commits: 1.9 s -> 1.1 s of a small analysis)."""
+        from kproxy_spark.session import keep
+
+        return keep(frame, self.held)
+
+    def shared(self, build: Callable[[WireViews], DataFrame]) -> DataFrame:
+        """build(self), built once per analysis and kept (`keep`), for the checks that share it."""
+        if build not in self._shared:
+            self._shared[build] = self.keep(build(self))
+        return self._shared[build]
 
     @cached_property
     def served(self) -> DataFrame:
@@ -84,8 +102,8 @@ class WireViews:
         fates = self.log.select("topic", "partition", "offset",
                                 F.coalesce("next_marker_fate", "fate").alias("fate"), "fate_source",
                                 "end_proxy_id", "end_delivery_ns")
-        return self.fetched.where(F.col("read_committed") & F.col("control").isNull()).join(
-            fates, ["topic", "partition", "offset"])
+        return self.keep(self.fetched.where(F.col("read_committed") & F.col("control").isNull()).join(
+            fates, ["topic", "partition", "offset"]))
 
     @cached_property
     def left_out(self) -> DataFrame:
@@ -110,7 +128,7 @@ class WireViews:
         committed = self.log.where(F.col("key_long").isNotNull()).select(
             "topic", "partition", "offset", "key_long", "value_long", "producer_id",
             F.coalesce("next_marker_fate", "fate").alias("fate"))
-        return missing.join(committed, ["topic", "partition", "offset"]).where(F.col("fate") == "committed")
+        return self.keep(missing.join(committed, ["topic", "partition", "offset"]).where(F.col("fate") == "committed"))
 
     @cached_property
     def request_apis(self) -> frozenset[str]:
@@ -168,4 +186,4 @@ def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held:
         parts = wire_parts(traces, isolation, held)
     attempts, fetched, ends = parts.attempts, parts.fetched, parts.ends
     log = keep(landings(traces, isolation, attempts=attempts, fetched=fetched, ends=ends))
-    return WireViews(ops, traces, sent, attempts, fetched, ends, log)
+    return WireViews(ops, traces, sent, attempts, fetched, ends, log, held)
