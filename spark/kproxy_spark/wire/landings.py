@@ -407,11 +407,13 @@ def _with_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame, deciders:
         [F.col(c) == F.col(f"decided_{c}") for c in (*TXN_KEY, "txn_broker")],
         "left",
     ).drop(*[f"decided_{c}" for c in (*TXN_KEY, "txn_broker")])
-    for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING):
-        use_order = F.col("end_end_txn_commit").isNotNull()
-        decided = decided.withColumn(
-            f"end_{c}", F.when(use_order, F.col(f"end_{c}")).otherwise(F.col(f"num_end_{c}"))
-        ).drop(f"num_end_{c}")
+    # One choice per record for every column: chosen column by column, the
+    # commit flag itself was replaced before the columns after it were chosen.
+    use_order = F.col("end_end_txn_commit").isNotNull()
+    chosen = {f"end_{c}" for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)}
+    decided = decided.select(*[
+        F.when(use_order, F.col(c)).otherwise(F.col(f"num_{c}")).alias(c) if c in chosen else c
+        for c in decided.columns if not c.startswith("num_end_")])
     end_fate = F.when(F.col("end_end_txn_commit"), "committed").when(~F.col("end_end_txn_commit"), "aborted")
     transactional = F.coalesce(
         F.col("transactional"), F.col("txn_broker").isNotNull() | (F.col("txn_id") != "")
