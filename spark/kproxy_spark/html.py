@@ -118,7 +118,11 @@ def latency_plot(report: Mapping[str, Any]) -> str | None:
 
 
 def outcomes_plot(report: Mapping[str, Any]) -> str | None:
-    """Client outcomes over time (stacked) and, from the wire, EndTxn outcomes per broker-side number."""
+    """Client outcomes over time (stacked) and, from the wire, EndTxn outcomes per broker-side number.
+
+    Each series is one filled step outline, not a bar per bucket: a 20 s demo
+    has about 700 buckets and broker-side transactions, and a rectangle each
+    made this plot most of report.html's rendering (0.4 s of 0.85 s)."""
     stats = report.get("stats", {})
     buckets = stats.get("txn_outcomes") or []
     wire = stats.get("end_txn_outcomes") or []
@@ -127,30 +131,33 @@ def outcomes_plot(report: Mapping[str, Any]) -> str | None:
     fig, axes = plt.subplots(1, 2 if wire else 1, figsize=(10, 3.5), squeeze=False)
     ax = axes[0][0]
     t0 = stats.get("history_start_ns") or 0
-    starts = sorted({b["bucket_start_ns"] for b in buckets})
-    bottom = {s: 0 for s in starts}
-    for kind in ("ok", "fail", "info"):
-        rows = {b["bucket_start_ns"]: b for b in buckets if b["type"] == kind}
-        if not rows:
-            continue
-        xs = [(s - t0) / NS for s in starts]
-        heights = [rows[s]["count"] if s in rows else 0 for s in starts]
-        width = (buckets[0]["bucket_ns"] / NS) * 0.9
-        ax.bar(xs, heights, width=width, bottom=[bottom[s] for s in starts], align="edge",
-               color=OUTCOME_COLOURS[kind], label=kind)
-        for s, h in zip(starts, heights):
-            bottom[s] += h
+    if buckets:
+        step = buckets[0]["bucket_ns"]
+        first = min(b["bucket_start_ns"] for b in buckets)
+        count = (max(b["bucket_start_ns"] for b in buckets) - first) // step + 1
+        edges = [(first + i * step - t0) / NS for i in range(count + 1)]
+        bottom = [0] * count
+        for kind in ("ok", "fail", "info"):
+            heights = [0] * count
+            for b in buckets:
+                if b["type"] == kind:
+                    heights[(b["bucket_start_ns"] - first) // step] += b["count"]
+            if not any(heights):
+                continue
+            top = [low + h for low, h in zip(bottom, heights)]
+            ax.stairs(top, edges, baseline=bottom, fill=True, color=OUTCOME_COLOURS[kind], label=kind)
+            bottom = top
+        ax.legend(fontsize=8)
     ax.set_title("Client outcomes of send/txn ops")
     ax.set_xlabel("seconds since the history started")
-    if buckets:
-        ax.legend(fontsize=8)
     if wire:
         ax = axes[0][1]
-        xs = list(range(len(wire)))
-        ax.bar(xs, [w["commits"] or 0 for w in wire], color="#2a9d8f", label="commit")
-        ax.bar(xs, [w["aborts"] or 0 for w in wire], bottom=[w["commits"] or 0 for w in wire],
-               color="#e76f51", label="abort")
-        stale = [x for x, w in zip(xs, wire) if w.get("stale")]
+        edges = [x - 0.5 for x in range(len(wire) + 1)]
+        commits = [w["commits"] or 0 for w in wire]
+        ax.stairs(commits, edges, fill=True, color="#2a9d8f", label="commit")
+        ax.stairs([c + (w["aborts"] or 0) for c, w in zip(commits, wire)], edges, baseline=commits, fill=True,
+                  color="#e76f51", label="abort")
+        stale = [x for x, w in enumerate(wire) if w.get("stale")]
         ax.scatter(stale, [0.5] * len(stale), marker="*", s=120, color="black", label="stale EndTxn", zorder=3)
         ax.set_title("Delivered EndTxn per broker-side txn (wire)")
         ax.set_xlabel("broker-side transactions, in delivery order")
