@@ -105,11 +105,12 @@ def iter_jsonl_events(path: Path) -> Iterator[dict]:
         except orjson.JSONDecodeError as exc:
             raise TraceFileError(f"{path}:{number}: not a JSON trace event: {exc}") from exc
         if type(event) is dict:
-            _check_version(event.get("schema_version"), f"{path}:{number}")
+            check_version(event.get("schema_version"), f"{path}:{number}")
         yield event
 
 
-def _check_version(version: Any, where: str) -> None:
+def check_version(version: Any, where: str) -> None:
+    """Refuse a trace whose schema version this reader cannot read (TraceFileError naming `where`)."""
     # An event without a version is not refused: nothing says which one it is.
     problem = None if version is None else unreadable_version(version)
     if problem is not None:
@@ -143,7 +144,7 @@ def iter_parquet_events(path: Path, *, strict: bool = False) -> Iterator[dict]:
     for batch in parquet.iter_batches():
         if "schema_version" in batch.schema.names:
             for version in batch.column("schema_version").unique().to_pylist():
-                _check_version(version, str(path))
+                check_version(version, str(path))
         events = batch.to_pylist()
         if missing:
             for event in events:
@@ -188,7 +189,7 @@ def check_file_version(path: Path | str) -> None:
         except (pa.ArrowInvalid, OSError, KeyError):
             return  # unreadable (no footer yet) or without versions: the reader reports what it finds
         for version in versions:
-            _check_version(version, str(path))
+            check_version(version, str(path))
         return
     opener = gzip.open if path.name.endswith(".gz") else open
     try:
@@ -202,7 +203,7 @@ def check_file_version(path: Path | str) -> None:
         except orjson.JSONDecodeError as exc:
             raise TraceFileError(f"{path}:1: not a JSON trace event: {exc}") from exc
         if type(event) is dict:
-            _check_version(event.get("schema_version"), f"{path}:1")
+            check_version(event.get("schema_version"), f"{path}:1")
 
 
 def iter_events_file(path: Path) -> Iterator[dict]:

@@ -188,18 +188,20 @@ def _check_parquet_versions(f, uri: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from kproxy.obs.trace_files import check_version
+
     try:
         versions = pq.read_table(f, columns=["schema_version"]).column(0).unique().to_pylist()
     except (pa.ArrowInvalid, OSError, KeyError):
         return  # unreadable (no footer yet) or without versions: the reader reports what it finds
     for version in versions:
-        _refuse_version(version, uri)
+        check_version(version, uri)
 
 
 def _check_first_line(f, uri: str) -> None:
     import orjson
 
-    from kproxy.obs.trace_files import TraceFileError
+    from kproxy.obs.trace_files import TraceFileError, check_version
 
     try:
         first = f.readline()
@@ -212,14 +214,5 @@ def _check_first_line(f, uri: str) -> None:
     except orjson.JSONDecodeError as exc:
         raise TraceFileError(f"{uri}:1: not a JSON trace event: {exc}") from None
     if type(event) is dict:
-        _refuse_version(event.get("schema_version"), f"{uri}:1")
+        check_version(event.get("schema_version"), f"{uri}:1")
 
-
-def _refuse_version(version, where: str) -> None:
-    from kproxy.obs.trace_files import TraceFileError
-    from kproxy.obs.trace_schema import unreadable_version
-
-    # An event without a version is not refused: nothing says which one it is.
-    problem = None if version is None else unreadable_version(version)
-    if problem is not None:
-        raise TraceFileError(f"{where}: {problem}")

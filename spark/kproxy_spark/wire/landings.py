@@ -407,8 +407,9 @@ def _with_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame, deciders:
         [F.col(c) == F.col(f"decided_{c}") for c in (*TXN_KEY, "txn_broker")],
         "left",
     ).drop(*[f"decided_{c}" for c in (*TXN_KEY, "txn_broker")])
-    # One choice per record for every column: chosen column by column, the
-    # commit flag itself was replaced before the columns after it were chosen.
+    # One side (delivery order, else the transaction number) for every column
+    # of the deciding EndTxn: chosen column by column, the commit flag that
+    # picks the side would be replaced before the columns after it.
     use_order = F.col("end_end_txn_commit").isNotNull()
     chosen = {f"end_{c}" for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)}
     decided = decided.select(*[
