@@ -49,8 +49,9 @@ from kproxy.workload.config import CLIENTS
 def shrink(rules_file, scenario, anomaly, seed, bootstrap, upstream_tls, upstream_ca, upstream_cert,  # noqa: ANN001
            upstream_key, upstream_skip_hostname_check, client_config, broker_kind, client, duration, runs, budget,
            max_candidates, out_dir) -> None:
-    """Shrink a failing run: fewer rules, matcher conditions and schedule
-    phases, smaller action parameters, then a smaller workload, keeping each
+    """Shrink a failing run: the shortest run and one process first (each
+    later run is then quicker), then fewer rules, matcher conditions and
+    schedule phases, smaller action parameters, then a smaller workload, keeping each
     change only when ANOMALY still appears (and, when the starting run blamed
     a rule for it, is still blamed on a rule). See docs/shrinking.md.
 
