@@ -100,13 +100,18 @@ def iter_jsonl_events(path: Path) -> Iterator[dict]:
     for number, line in enumerate(lines, start=1):
         if not line:
             continue
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise TraceFileError(f"{path}:{number}: not a JSON trace event: {exc}") from exc
-        if type(event) is dict:
-            check_version(event.get("schema_version"), f"{path}:{number}")
-        yield event
+        yield read_event_line(line, f"{path}:{number}")
+
+
+def read_event_line(line: bytes, where: str) -> Any:
+    """One JSON Lines trace event, its schema version checked (TraceFileError naming `where`)."""
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise TraceFileError(f"{where}: not a JSON trace event: {exc}") from exc
+    if type(event) is dict:
+        check_version(event.get("schema_version"), where)
+    return event
 
 
 def check_version(version: Any, where: str) -> None:
@@ -198,12 +203,7 @@ def check_file_version(path: Path | str) -> None:
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFileError(f"{path}: not a readable trace: {exc}") from exc
     if first.endswith(b"\n"):
-        try:
-            event = orjson.loads(first)
-        except orjson.JSONDecodeError as exc:
-            raise TraceFileError(f"{path}:1: not a JSON trace event: {exc}") from exc
-        if type(event) is dict:
-            check_version(event.get("schema_version"), f"{path}:1")
+        read_event_line(first, f"{path}:1")
 
 
 def iter_events_file(path: Path) -> Iterator[dict]:

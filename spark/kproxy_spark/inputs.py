@@ -199,20 +199,12 @@ def _check_parquet_versions(f, uri: str) -> None:
 
 
 def _check_first_line(f, uri: str) -> None:
-    import orjson
-
-    from kproxy.obs.trace_files import TraceFileError, check_version
+    from kproxy.obs.trace_files import TraceFileError, read_event_line
 
     try:
         first = f.readline()
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFileError(f"{uri}: not a readable trace: {exc}") from None
-    if not first.endswith(b"\n"):
-        return  # no complete event yet
-    try:
-        event = orjson.loads(first)
-    except orjson.JSONDecodeError as exc:
-        raise TraceFileError(f"{uri}:1: not a JSON trace event: {exc}") from None
-    if type(event) is dict:
-        check_version(event.get("schema_version"), f"{uri}:1")
+    if first.endswith(b"\n"):  # else no complete event yet
+        read_event_line(first, f"{uri}:1")
 
