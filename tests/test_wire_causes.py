@@ -173,6 +173,39 @@ def test_a_record_a_rule_took_out_of_a_response_is_the_lost_writes_cause(spark, 
     assert impact[("hide", "lost-write")] == 1
 
 
+def test_an_aborted_record_a_rule_took_out_of_a_read_committed_response_explains_no_skip(spark, tmp_path):
+    # As fetch_hide_aborted on Tansu: committed 2, aborted 1, committed 4.
+    # Reader 1's response loses value 1, which a read_committed client drops
+    # anyway; reader 2 is served it by the broker's own response (an empty
+    # aborted list). Reader 1 "skipped" value 1 only because reader 2 read
+    # it: the broker's doing, not the rule's.
+    s = Scenario()
+    s.op(0, "ok", "create", [7, "t", 0])
+    for corr, (value, offset, commit) in enumerate(((2, 0, True), (1, 2, False), (4, 5, True))):
+        s.op(0, "invoke", "txn", [["send", 7, value]])
+        s.produce(1, 2 * corr + 1, [value], base_offset=offset, txn=(corr + 1, corr + 1))
+        s.end_txn(1, 2 * corr + 2, commit=commit, txn=(corr + 1, corr + 1))
+        if commit:
+            s.op(0, "ok", "txn", [["send", 7, [offset, value]]])
+        else:
+            s.op(0, "fail", "txn", [["send", 7, [offset, value]]], error="aborted")
+    upstream = [(0, 2), (1, "commit"), (2, 1), (3, "abort"), (5, 4), (6, "commit")]
+    s.fetch(2, 1, [(0, 2), (5, 4)], aborted=[])
+    s.fetch(3, 1, upstream, aborted=[])
+    rewritten, served = [e for e in s.events if e["api"] == "fetch" and e["direction"] == "response"]
+    rewritten.update(rule="hide", action="rewrite", outcome="rewritten",
+                     upstream_partitions=[{**rewritten["partitions"][0],
+                                           "records": served["partitions"][0]["records"]}])
+    for process, polled in ((1, [[0, 2], [5, 4]]), (2, [[0, 2], [2, 1], [5, 4]])):
+        s.op(process, "invoke", "poll", [["poll"]])
+        s.op(process, "ok", "poll", [["poll", {"7": polled}]])
+    report = _analyze(spark, tmp_path, s)
+    [skip] = report["anomalies"]["int-poll-skip"]
+    assert skip["skipped"] == [1] and skip["process"] == 1
+    assert skip["cause"]["by"] == "broker" and skip["cause"]["name"] == "aborted-txn-not-listed", skip["cause"]
+    assert {(r["rule"], r["anomaly"]) for r in report["stats"]["fault_impact"]} == {("hide", "rule-effect")}
+
+
 def test_a_late_copy_that_lands_in_an_aborted_transaction_is_not_a_torn_one(spark, tmp_path):
     # The client's transaction committed value 1 at offset 0. A late copy of
     # its Produce landed at offset 2 in the next broker-side transaction,

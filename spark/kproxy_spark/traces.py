@@ -500,7 +500,9 @@ def rule_removed_records(traces: DataFrame) -> DataFrame:
     """Records a rule took out of a Fetch response: in the broker's response
     (upstream_partitions) but not in the one the client got. Columns: the
     exchange, mono_ns, client_id, rule, action, topic, partition, offset, key,
-    value, control, producer_id."""
+    value, control, producer_id, and read_committed: the broker's own answer
+    carried an aborted-transactions list, which brokers send only to
+    read_committed fetches."""
     events = with_coalesced_ids(traces).where(F.col("upstream_partitions").isNotNull())
     parts = events.select(*EXCHANGE, "mono_ns", "client_id", "rule", "action", "partitions",
                           F.explode("upstream_partitions").alias("u"))
@@ -509,9 +511,11 @@ def rule_removed_records(traces: DataFrame) -> DataFrame:
     kept = F.coalesce(delivered["records"], F.array())
     removed = F.filter(F.col("u.records"), lambda r: ~F.exists(kept, lambda k: k["offset"] == r["offset"]))
     rows = parts.select(*EXCHANGE, "mono_ns", "client_id", "rule", "action", F.col("u.topic").alias("topic"),
-                        F.col("u.partition").alias("partition"), F.explode(removed).alias("r"))
+                        F.col("u.partition").alias("partition"),
+                        F.col("u.aborted_transactions").isNotNull().alias("read_committed"),
+                        F.explode(removed).alias("r"))
     return rows.select(
-        *EXCHANGE, "mono_ns", "client_id", "rule", "action", "topic", "partition",
+        *EXCHANGE, "mono_ns", "client_id", "rule", "action", "topic", "partition", "read_committed",
         F.col("r.offset").alias("offset"), F.col("r.key").alias("key"), F.col("r.value").alias("value"),
         F.col("r.control").alias("control"), F.col("r.producer_id").alias("producer_id"),
         F.col("r.key").cast("long").alias("key_long"), F.col("r.value").cast("long").alias("value_long"),

@@ -116,6 +116,19 @@ def _diagnosed(diagnosis: BrokerDiagnosis, views: WireViews) -> DataFrame:
     return _pick(records, diagnosis.name, rule, F.col("client_id"))
 
 
+def _taken_out(views: WireViews) -> DataFrame:
+    """Data records a rule took out of a Fetch response, except aborted ones
+    out of a read_committed response: the client drops those itself, so
+    taking them out hides nothing it should have read. (Counted as a fact,
+    such a record's absence from one reader would be blamed on the rule
+    where another reader was served it wrongly: the broker's doing.)"""
+    removed = views.removed.where(F.col("control").isNull() & F.col("key_long").isNotNull())
+    fates = views.log.select("topic", "partition", "offset",
+                             F.coalesce("next_marker_fate", "fate").alias("log_fate"))
+    aborted = F.coalesce(F.col("read_committed") & (F.col("log_fate") == "aborted"), F.lit(False))
+    return removed.join(fates, ["topic", "partition", "offset"], "left").where(~aborted)
+
+
 def value_facts(views: WireViews) -> DataFrame:
     """Rows (VALUE_FACT_COLUMNS) of the facts kproxy_spark.attribution reads:
 
@@ -125,7 +138,8 @@ def value_facts(views: WireViews) -> DataFrame:
     * every broker diagnosis (kproxy_spark.wire.diagnoses), under its name:
       a read_committed response served or hid the value so (detail: the
       client; rule: the rewriting rule when its rewrite made it so);
-    * ``removed-by-rule``: a rule took it out of a Fetch response;
+    * ``removed-by-rule``: a rule took it out of a Fetch response (not an
+      aborted record out of a read_committed one: _taken_out);
     * ``copy-landed``: a copy the proxy delivered landed it again;
     * ``cut-off-by-stale-end-txn``: a rule's stale EndTxn ended its
       transaction before its Produce arrived and the log decided it otherwise
@@ -139,8 +153,7 @@ def value_facts(views: WireViews) -> DataFrame:
         _pick(landed.where(F.col("end_hazard").isNotNull()), "stale-end-txn", F.col("end_rule"), F.col("fate")),
         _pick(landed.where(F.col("produce_hazard").isNotNull()), "late-produce", F.col("produce_rule"), F.col("fate")),
         *[_diagnosed(d, views) for d in DIAGNOSES],
-        _pick(views.removed.where(F.col("control").isNull() & F.col("key_long").isNotNull()), "removed-by-rule",
-              F.col("rule"), F.col("client_id")),
+        _pick(_taken_out(views), "removed-by-rule", F.col("rule"), F.col("client_id")),
         _pick(landed.where(F.col("produce_copy") > 0), "copy-landed", F.col("produce_rule"), F.col("fate")),
         _pick(cut, "cut-off-by-stale-end-txn", F.col("stale.rule"), F.col("log_fate"), _cut_off_evidence(),
               at=(F.col("stale.conn_id"), F.col("stale.correlation_id"))),
