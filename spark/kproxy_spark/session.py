@@ -82,7 +82,11 @@ def get_session(
         .config("spark.sql.catalogImplementation", "in-memory")
         .config("spark.sql.warehouse.dir", os.path.join(os.environ.get("TMPDIR", "/tmp"), "kproxy-spark-warehouse"))
     )
-    java_options = [f"-Dlog4j2.configurationFile={LOG_CONFIG}"]
+    # The throughput collector: G1's concurrent marking and write barriers
+    # cost the driver more than its pauses save on a batch job of plans and
+    # small tasks (a tenth of the JVM's CPU over eight analyses in one session,
+    # docs/performance-analysis.md, "The driver's collector").
+    java_options = [f"-Dlog4j2.configurationFile={LOG_CONFIG}", "-XX:+UseParallelGC"]
     if quick_start:
         from kproxy.jvm_options import QUICK_JIT
 
