@@ -278,6 +278,30 @@ def test_a_gap_of_aborted_records_or_markers_is_no_diagnosis(spark, tmp_path):
     assert _wire(spark, tmp_path, scenario)["left-out-records"] == []
 
 
+def test_a_record_delivered_after_every_end_txn_is_decided_by_its_transaction_number_with_its_rule(spark, tmp_path):
+    # The late Produce reaches the broker after the producer's last EndTxn:
+    # no EndTxn follows it in delivery order, so the one that ended its
+    # broker-side transaction (2) decides it: rule 'torn''s stale commit,
+    # with every column of that EndTxn (hazard, rule, action, outcome, where
+    # and when), not a mix of the two ways of choosing it.
+    scenario = torn_scenario()
+    late = [e for e in scenario.events if e["api"] == "produce" and e["correlation_id"] == 2]
+    assert [e["direction"] for e in late] == ["request", "response"] and late[0]["hazard"] == "late_produce"
+    for event in late:
+        scenario.events.remove(event)
+    last = scenario.events[-1]["mono_ns"]
+    for step, event in enumerate(late, start=1):
+        event.update(mono_ns=last + step * 1_000_000, wall_time=1.7e9 + (last + step * 1_000_000) / 1e9)
+        scenario.events.append(event)
+    [torn] = _wire(spark, tmp_path, scenario)["torn-transaction"]
+    [stale] = torn["stale_end_txns"]
+    assert (stale["txn_broker"], stale["end_txn_commit"], stale["copy"]) == (2, True, 1)
+    assert (stale["hazard"], stale["rule"], stale["action"], stale["outcome"]) == (
+        "stale_end_txn", "torn", "duplicate", "duplicated")
+    assert "duplicated by rule 'torn' and delivered while broker txn 2 was open" in torn["explanation"]
+    assert torn["cause"]["rule"] == "torn" and torn["cause"]["text"] == "rule 'torn' delivered the stale EndTxn"
+
+
 def test_the_rule_that_delivered_the_stale_end_txn_is_the_torn_transactions_cause(spark, tmp_path):
     # Rule 'a-latency' (first by name) only delayed a Produce; rule 'torn'
     # delivered the stale EndTxn that decided the records.
