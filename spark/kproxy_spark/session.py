@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from kproxy_spark.class_archive import ClassArchive
 from kproxy_spark.jvm_calls import pin_jvm_names
 
 #: A join whose every side is in one partition stays unshuffled only while
@@ -91,10 +92,15 @@ def get_session(
         from kproxy.jvm_options import QUICK_JIT
 
         java_options += QUICK_JIT
+    # Spark's classes mapped from an archive instead of read from its jars; a
+    # one-off run writes the archive when there is none (kproxy_spark.class_archive).
+    archive = ClassArchive.for_driver(may_write=quick_start)
+    java_options += archive.java_options()
     builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
     for name, setting in (conf or {}).items():
         builder = builder.config(name, setting)
     session = builder.getOrCreate()
+    archive.started(session)
     session.sparkContext.setLogLevel("ERROR")
     pin_jvm_names(session)
     return session
