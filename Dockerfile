@@ -15,8 +15,11 @@
 FROM debian:bookworm-slim
 
 # KPROXY_ADMIN_TOKEN_FILE is where the token is kept, not the token itself.
+# KPROXY_CLASS_ARCHIVE=off: an archive of Spark's classes written in a container
+# would be lost with it, after costing its run the writing (docs/analysis.md).
 # hadolint ignore=DL3064
 ENV PYTHONDONTWRITEBYTECODE=1 \
+    KPROXY_CLASS_ARCHIVE=off \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

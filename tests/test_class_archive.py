@@ -68,3 +68,10 @@ def test_only_the_most_recent_archives_are_kept(tmp_path):
     (tmp_path / "other.txt").write_text("not an archive")
     class_archive._prune(tmp_path / "spark-e.jsa")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.txt", "spark-c.jsa", "spark-d.jsa", "spark-e.jsa"]
+
+
+def test_a_cache_it_cannot_write_leaves_the_driver_without_an_archive(tmp_path, monkeypatch):
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    monkeypatch.setenv("KPROXY_CLASS_ARCHIVE_DIR", str(blocked / "class-archive"))
+    assert ClassArchive.for_driver(may_write=True).java_options() == []

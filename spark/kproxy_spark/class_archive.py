@@ -83,12 +83,13 @@ class ClassArchive:
             return cls(path)
         if not may_write:
             return cls(None)
-        path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.part")
-        lock = path.with_name(path.name + ".lock")
-        if not _take(lock):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            taken = _take(path.with_name(path.name + ".lock"))
+        except OSError:  # a cache it cannot write (a read-only home): run without
             return cls(None)
-        return cls(path, partial)
+        return cls(path, partial) if taken else cls(None)
 
     def java_options(self) -> list[str]:
         if self.path is None:
