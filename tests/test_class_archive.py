@@ -29,7 +29,10 @@ def test_options_map_an_archive_write_a_missing_one_or_are_none(tmp_path, monkey
     path = archive_path()
     assert path is not None and path.parent == tmp_path and path.name.startswith("spark-")
     assert ClassArchive.for_driver(may_write=False).java_options() == []  # none yet, and this one may not write
+    killed = path.with_name(path.name + ".1.part")  # what a writer killed before its exit left
+    killed.write_bytes(b"half an archive")
     writer = ClassArchive.for_driver(may_write=True)
+    assert not killed.exists()
     [dump, quiet] = writer.java_options()
     assert dump == f"-XX:ArchiveClassesAtExit={path}.{os.getpid()}.part" and quiet == class_archive.QUIET
     assert ClassArchive.for_driver(may_write=True).java_options() == []  # the first writer holds the lock

@@ -89,7 +89,12 @@ class ClassArchive:
             taken = _take(path.with_name(path.name + ".lock"))
         except OSError:  # a cache it cannot write (a read-only home): run without
             return cls(None)
-        return cls(path, partial) if taken else cls(None)
+        if not taken:
+            return cls(None)
+        for left in path.parent.glob(path.name + ".*.part"):  # a killed writer's
+            with contextlib.suppress(OSError):
+                left.unlink()
+        return cls(path, partial)
 
     def java_options(self) -> list[str]:
         if self.path is None:
