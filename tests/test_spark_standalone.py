@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from kproxy_spark.class_archive import archive_dir
 from kproxy_spark.cluster import EXECUTOR_MODULES
 from tests.fixtures.spark_cluster import StandaloneCluster, cluster_env, spark_home, stop_group
 from tests.test_install import _closure, _entries, _site_packages, _view
@@ -118,6 +119,9 @@ def analyze_env(cache: Path) -> dict[str, str]:
     if "PYTHONPATH" in os.environ:
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     env["XDG_CACHE_HOME"] = str(cache)
+    # Spark's class archive stays the machine's (`make test` wrote it): in a cache of its own, each run would
+    # write one, half a minute of CPU the suite needs (tests/test_class_archive.py covers the writing).
+    env["KPROXY_CLASS_ARCHIVE_DIR"] = str(archive_dir())
     return env
 
 
