@@ -78,3 +78,17 @@ def test_a_cache_it_cannot_write_leaves_the_driver_without_an_archive(tmp_path, 
     blocked.write_text("")
     monkeypatch.setenv("KPROXY_CLASS_ARCHIVE_DIR", str(blocked / "class-archive"))
     assert ClassArchive.for_driver(may_write=True).java_options() == []
+
+
+def test_jars_written_again_name_another_archive(tmp_path, monkeypatch):
+    # A venv made again at the same path: the JVM would refuse the old archive over the new jars.
+    import pyspark
+
+    jars = tmp_path / "pyspark" / "jars"
+    jars.mkdir(parents=True)
+    (jars / "spark-core.jar").write_bytes(b"classes")
+    monkeypatch.setattr(pyspark, "__file__", str(tmp_path / "pyspark" / "__init__.py"))
+    monkeypatch.setenv("KPROXY_CLASS_ARCHIVE_DIR", str(tmp_path / "archives"))
+    first = archive_path()
+    os.utime(jars / "spark-core.jar", ns=(1_000_000_000, 1_000_000_000))
+    assert archive_path() != first

@@ -63,7 +63,9 @@ def archive_path() -> Path | None:
     jars = Path(pyspark.__file__).parent / "jars"
     digest = hashlib.sha256()
     stat = os.stat(java)
-    listed = sorted(os.listdir(jars)) if jars.is_dir() else []
+    # The JVM maps an archive only over the very jars it was written from (their
+    # paths, sizes and times): a venv made again at the same path needs a new one.
+    listed = sorted((j.name, j.stat().st_size, j.stat().st_mtime_ns) for j in jars.iterdir()) if jars.is_dir() else []
     for part in (FORMAT, java, stat.st_size, stat.st_mtime_ns, pyspark.__version__, jars, *listed):
         digest.update(f"{part}\0".encode())
     return archive_dir() / f"spark-{pyspark.__version__}-{digest.hexdigest()[:16]}.jsa"
