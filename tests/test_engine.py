@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kproxy.brokers.process import pid_alive
 from kproxy.engine import client
 from kproxy.engine.place import Place
 from kproxy.engine.server import Engine
@@ -65,10 +66,10 @@ def test_an_engine_answers_kproxy_analyze_as_local_spark_does_and_stops(spark, t
         stopped = kproxy("engine", "stop", env=env)
         assert stopped.returncode == 0 and f"stopped the engine (pid {pid}) after 2 analyses" in stopped.stdout
         assert kproxy("engine", "status", env=env).returncode == 1
-        assert not client._alive(pid)
+        assert not pid_alive(pid)
         assert not (tmp_path / "engine" / "engine.sock").exists()
     finally:
-        if client._alive(pid):
+        if pid_alive(pid):
             os.kill(pid, 9)
 
 

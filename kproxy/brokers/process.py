@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import shutil
 import signal
@@ -26,6 +27,19 @@ log = logging.getLogger(__name__)
 
 class BrokerError(RuntimeError):
     """A broker could not be found, does not run here, or did not come up."""
+
+
+def pid_alive(pid: object) -> bool:
+    """Whether a process of this pid exists (one of another user's counts); anything but an int is no process."""
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ from multiprocessing.connection import Client, Connection
 from pathlib import Path
 from typing import Any
 
+from kproxy.brokers.process import pid_alive
 from kproxy.engine.place import Place, default_place
 
 Say = Callable[[str], None]
@@ -44,24 +44,12 @@ def status(place: Place | None = None) -> dict[str, Any] | None:
     conn = _connect(place)
     if conn is None:
         state = place.state()
-        if state and not _alive(state.get("pid")):
+        if state and not pid_alive(state.get("pid")):
             place.clear()
         return None
     with conn:
         conn.send({"op": "status"})
         return conn.recv()
-
-
-def _alive(pid: Any) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def analyze(args: Mapping[str, Any], progress: Say, place: Place | None = None) -> dict[str, Any] | None:
@@ -152,7 +140,7 @@ def stop(place: Place | None = None, timeout: float = 60.0) -> dict[str, Any] | 
             conn.send({"op": "stop"})
             conn.recv()
     deadline = time.monotonic() + timeout
-    while _alive(last.get("pid")) and time.monotonic() < deadline:
+    while pid_alive(last.get("pid")) and time.monotonic() < deadline:
         time.sleep(0.2)
     return last
 

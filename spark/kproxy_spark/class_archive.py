@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kproxy.brokers.process import pid_alive
+
 #: Bumped when the options below change what an archive holds.
 FORMAT = "1"
 #: How long a process waits at exit for its JVM to write the archive.
@@ -164,7 +166,7 @@ def _take(lock: Path) -> bool:
             except (OSError, ValueError):
                 owner, age = 0, 0.0
             # No pid yet: its writer has just made it.
-            if (owner and _alive(owner)) or (not owner and age < 60):
+            if (owner and pid_alive(owner)) or (not owner and age < 60):
                 return False
             with contextlib.suppress(OSError):
                 lock.unlink()
@@ -173,16 +175,6 @@ def _take(lock: Path) -> bool:
             out.write(str(os.getpid()))
         return True
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def write() -> Path | None:
