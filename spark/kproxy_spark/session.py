@@ -216,8 +216,14 @@ def _allow_deep_plans() -> None:
     _message.SetAllowOversizeProtos(True)
 
 
-#: Input bytes per shuffle partition the analysis aims for.
-BYTES_PER_PARTITION = 16 * 1024 * 1024
+#: Input bytes per shuffle partition the analysis aims for. Most of a
+#: trace's bytes are record batches that become narrow rows, and the wire
+#: job has 60-85 stages, each paying a fixed cost per task: at 100,000
+#: operations with traces (532 MB), 32 partitions ran 2,910 tasks and took
+#: 88.6 s, 4 partitions 642 tasks and 59.8 s (2: 59.7 s, 8: 64.8 s); a
+#: million operations' history took as long in 3 as in 21
+#: (docs/performance-analysis.md, "Shuffle partitions by the rows").
+BYTES_PER_PARTITION = 128 * 1024 * 1024
 
 
 def shuffle_partitions_for(input_bytes: int, most: int = 400) -> int:
