@@ -224,3 +224,17 @@ def test_workload_command_rejects_bad_settings(broker, tmp_path: Path) -> None:
     # aiokafka's adapter checks every setting before a client exists.
     result = CliRunner().invoke(main, [*args, "--client", "aiokafka", "--producer-config", "delivery.timeout.ms=1"])
     assert result.exit_code == 2 and "aiokafka's producer has no setting 'delivery.timeout.ms'" in result.output
+
+
+def test_a_dead_broker_is_refused_before_any_client_starts(tmp_path: Path) -> None:
+    from kproxy.brokers import free_port
+    from kproxy.workload.runner import WorkloadError
+
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(WorkloadError, match=rf"cannot reach the broker at {dead} \({dead}: Connection refused\)"):
+        run_workload(WorkloadConfig(bootstrap=dead, ops=5), tmp_path / "h.jsonl", progress=False)
+    assert not (tmp_path / "h.jsonl").exists()
+    result = CliRunner().invoke(main, ["workload", "--bootstrap", dead, "--duration", "1",
+                                       "--history", str(tmp_path / "h.jsonl")])
+    assert result.exit_code != 0 and f"cannot reach the broker at {dead}" in result.output
+    assert "Traceback" not in result.output

@@ -81,6 +81,21 @@ def _binds(host: str, port: int) -> bool:
     return True
 
 
+def unreachable(bootstrap: str, timeout: float = 5.0) -> str | None:
+    """None when some address of a bootstrap list (HOST:PORT,...) accepts a TCP connection, else what each said."""
+    said = []
+    for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return None
+        except OSError as exc:
+            said.append(f"{address}: {exc.strerror or exc}")
+        except ValueError:
+            said.append(f"{address}: not HOST:PORT")
+    return "; ".join(said) or f"no address in {bootstrap!r}"
+
+
 def wait_for_port(host: str, port: int, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
     """Return once host:port accepts connections; give up early if `process` exits."""
     deadline = time.monotonic() + timeout

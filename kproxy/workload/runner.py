@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from kproxy.brokers.process import unreachable
 from kproxy.workload.clients import client_factory
 from kproxy.workload.clients.base import ClientFactory
 from kproxy.workload.config import WorkloadConfig
@@ -44,6 +45,11 @@ def run_workload(config: WorkloadConfig, history_path: str | Path, progress: boo
     """Run the workload against config.bootstrap and write its history to history_path."""
     started = time.monotonic()
     history_path = Path(history_path)
+    # Checked before any client starts: against a dead broker each worker's clients retry until their
+    # first call times out, and the run stopped with an empty TimeoutError and a traceback per worker.
+    why = unreachable(config.bootstrap, timeout=min(config.op_timeout, 5.0))
+    if why is not None:
+        raise WorkloadError(f"cannot reach the broker at {config.bootstrap} ({why}); is it running?")
     try:
         factory = client_factory(config.client, config.bootstrap, {**config.client_config, **config.producer_config},
                                  {**config.client_config, **config.consumer_config}, config.client_config)
@@ -122,7 +128,7 @@ def _run(config: WorkloadConfig, factory: ClientFactory, history_path: Path, pro
             bar.close()
         failed = next((w.error for w in workers if w.error is not None), None)
         if failed is not None:
-            raise WorkloadError(f"the workload stopped: {failed}") from failed
+            raise WorkloadError(f"the workload stopped: {str(failed) or type(failed).__name__}") from failed
         used = [p for w in workers for p in w.processes_used]
         result = final_reads(config, factory, keys, dict(offsets.highest), history, max(used) + 1)
     return _Ran(started_ops["ops"], result.keys, result.caught_up, result.lagging)
