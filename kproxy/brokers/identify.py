@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kproxy.brokers.process import BrokerError
+from kproxy.brokers.process import BrokerError, host_port
 from kproxy.protocol import apis
 from kproxy.protocol.codec import decode_response, encode_request
 
@@ -140,14 +140,6 @@ class _Connection:
         return decode_response(int(cls.__api_key__), int(version), payload)
 
 
-def _host_port(bootstrap: str) -> tuple[str, int]:
-    first = bootstrap.split(",")[0].strip()
-    host, _, port = first.rpartition(":")
-    if not host or not port.isdigit():
-        raise BrokerError(f"{bootstrap!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
-
-
 def _api_versions(conn: _Connection) -> Any:
     from kio.schema.api_versions.v0.request import ApiVersionsRequest as V0
     from kio.schema.api_versions.v3.request import ApiVersionsRequest as V3
@@ -206,7 +198,7 @@ def _software(table: dict[int, tuple[int, int]], features: dict[str, int]) -> tu
 
 def identify(bootstrap: str, timeout: float = 5.0, tls: UpstreamTls | None = None) -> BrokerIdentity:
     """Ask the broker at `bootstrap` what it is (over TLS with `tls`); BrokerError when it cannot be reached or read."""
-    host, port = _host_port(bootstrap)
+    host, port = host_port(bootstrap.split(",")[0])
     conn = _Connection(host, port, timeout, tls)
     try:
         versions = _api_versions(conn)

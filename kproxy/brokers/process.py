@@ -81,18 +81,25 @@ def _binds(host: str, port: int) -> bool:
     return True
 
 
+def host_port(address: str) -> tuple[str, int]:
+    """One HOST:PORT (an IPv6 host in brackets or not) as (host, port)."""
+    host, _, port = address.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise BrokerError(f"{address.strip()!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
 def unreachable(bootstrap: str, timeout: float = 5.0) -> str | None:
     """None when some address of a bootstrap list (HOST:PORT,...) accepts a TCP connection, else what each said."""
     said = []
     for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
-        host, _, port = address.rpartition(":")
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            with socket.create_connection(host_port(address), timeout=timeout):
                 return None
+        except BrokerError as exc:
+            said.append(str(exc))
         except OSError as exc:
             said.append(f"{address}: {exc.strerror or exc}")
-        except ValueError:
-            said.append(f"{address}: not HOST:PORT")
     return "; ".join(said) or f"no address in {bootstrap!r}"
 
 
