@@ -45,17 +45,18 @@ def run_workload(config: WorkloadConfig, history_path: str | Path, progress: boo
     """Run the workload against config.bootstrap and write its history to history_path."""
     started = time.monotonic()
     history_path = Path(history_path)
-    # Checked before any client starts: against a dead broker each worker's clients retry until their
-    # first call times out, and the run stopped with an empty TimeoutError and a traceback per worker.
-    why = unreachable(config.bootstrap, timeout=min(config.op_timeout, 5.0))
-    if why is not None:
-        raise WorkloadError(f"cannot reach the broker at {config.bootstrap} ({why}); is it running?")
     try:
         factory = client_factory(config.client, config.bootstrap, {**config.client_config, **config.producer_config},
                                  {**config.client_config, **config.consumer_config}, config.client_config)
     except ValueError as exc:  # a client that checks its settings up front (aiokafka) refused one
         raise WorkloadError(f"the workload could not start: {exc}") from exc
     try:
+        # Checked once the client settings are (a client that cannot run here says so first), before any
+        # client connects: against a dead broker each worker's clients retried until their first call
+        # timed out, and the run stopped with an empty TimeoutError and a traceback per worker.
+        why = unreachable(config.bootstrap, timeout=min(config.op_timeout, 5.0))
+        if why is not None:
+            raise WorkloadError(f"cannot reach the broker at {config.bootstrap} ({why}); is it running?")
         result = _run(config, factory, history_path, progress)
     finally:
         close = getattr(factory, "close", None)  # a client with a helper process (java) ends it
