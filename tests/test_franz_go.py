@@ -106,8 +106,11 @@ def read_run(out: Path, returncode: int, output: str) -> Run:
     requests: dict[str, Counter] = {}
     asked: dict[tuple, dict] = {}
     stale: Counter = Counter()
-    stale_commits: set[tuple[str, int]] = set()  # client txns a stale copy committed on the broker
-    wrote: set[tuple[str, int]] = set()  # client txns with a Produce the broker took
+    # When each reached the broker (its response's time less the broker's latency): a commit takes only the
+    # records delivered before it. A stale copy that reached the broker before any record of the next
+    # transaction is answered (TV2) as a retry of the commit already made, and took nothing.
+    stale_commits: dict[tuple[str, int], int] = {}  # client txns a stale copy committed: its last delivery
+    wrote: dict[tuple[str, int], int] = {}  # client txns with a Produce the broker took: its first delivery
     second_txns: set[str] = set()
     client_end: dict[tuple[str, int], tuple[bool, int]] = {}  # the client's own last EndTxn and its answer
     for event in iter_trace_events(out / "traces", records=False):
@@ -129,15 +132,17 @@ def read_run(out: Path, returncode: int, output: str) -> Run:
             continue
         txn = (request["transactional_id"], request.get("txn_broker" if request.get("copy") else "txn_client"))
         error = event.get("error_code")
+        delivered = event["mono_ns"] - int((event.get("upstream_latency_ms") or 0) * 1e6)
         if api == "end_txn" and request.get("copy"):
             stale[(request.get("outcome"), error)] += 1
             if error == 0 and request.get("end_txn_commit"):
-                stale_commits.add(txn)
+                stale_commits[txn] = max(delivered, stale_commits.get(txn, delivered))
         elif api == "end_txn":
             client_end[txn] = (bool(request.get("end_txn_commit")), error)
         elif api == "produce" and error == 0:
-            wrote.add(txn)
-    split = {txn for txn in stale_commits & wrote if client_end.get(txn) != (True, 0)}
+            wrote[txn] = min(delivered, wrote.get(txn, delivered))
+    split = {txn for txn, committed in stale_commits.items()
+             if txn in wrote and wrote[txn] < committed and client_end.get(txn) != (True, 0)}
     return Run(returncode, run, Verdict.load(out / "report" / "report.json"),
                set(re.findall(r"deleting topic ([0-9a-f]{64})", log)), requests, stale, split, output, second_txns)
 
