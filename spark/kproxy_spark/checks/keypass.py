@@ -35,6 +35,7 @@ from kproxy_spark.checks.cycles import Edge
 from kproxy_spark.checks.kernel import KEY_CHECKS, UNSEEN_BUCKET_NS, check_key
 from kproxy_spark.checks.keyview import Event
 from kproxy_spark.checks.membership import Membership, collect_membership, is_reassignment
+from kproxy_spark.gc_pause import collector_paused
 from kproxy_spark.history import DATA_FS, flatten_mops
 from kproxy_spark.session import storage_level
 
@@ -175,7 +176,8 @@ def history_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_B
 
     def per_key(table):  # noqa: ANN001, ANN202 - pyarrow.Table in and out
         key = table.column("key")[0].as_py()
-        return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns, proven, shared()))
+        with collector_paused():
+            return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns, proven, shared()))
 
     return key_events(ops).groupBy("key").applyInArrow(per_key, OUTPUT_SCHEMA)
 
@@ -304,7 +306,8 @@ def version_orders(ops: DataFrame) -> DataFrame:
         from kproxy_spark.checks.keyview import KeyView
 
         key = table.column("key")[0].as_py()
-        vo = KeyView(key, _events_of(table), ordered=True).vo
+        with collector_paused():
+            vo = KeyView(key, _events_of(table), ordered=True).vo
         return pa.table({
             "key": pa.array([key] * len(vo), pa.int64()),
             "offset": pa.array([o for o, _, _ in vo], pa.int64()),
