@@ -105,6 +105,13 @@ def test_a_good_history_validates(tmp_path: Path) -> None:
         (4, op(3, 0, "invoke", "send", [["write", 1, 7]]), "unknown micro-op"),
         (9, op(8, 0, "ok", "poll", [["poll", {"one": [[0, 7]]}]]), "decimal text"),
         (9, op(8, 0, "ok", "poll", [["poll", {"1": [[0]]}]]), "offset, value"),
+        # JSON's true is a Python bool, an int subclass: never an offset or a value.
+        (9, op(8, 0, "ok", "poll", [["poll", {"1": [[True, 7]]}]]), "offset, value"),
+        (9, op(8, 0, "ok", "poll", [["poll", {"1": [[0, False]]}]]), "offset, value"),
+        (9, op(8, 0, "ok", "poll", [["poll", {"1": [[-1, 7]]}]]), "offset, value"),
+        (9, op(8, 0, "ok", "poll", [["poll", {"1": [[0, 7.0]]}]]), "offset, value"),
+        (4, op(3, 0, "invoke", "send", [["send", 1, True]]), "plain integer value"),
+        (3, op(2, 0, "ok", "assign", [True]), "integer keys"),
         (4, op(3, 0, "maybe", "send", [["send", 1, 7]]), "type must be one of"),
         (4, op(3, 0, "invoke", "produce", [["send", 1, 7]]), "f must be one of"),
         (6, op(5, 0, "ok", "send", [["send", 1, [0, 7]]], error="x"), "carries no error"),
