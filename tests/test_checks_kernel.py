@@ -50,6 +50,9 @@ def test_membership_counts_changes_before_an_operation_per_process():
     assert [membership.before(0, i) for i in (0, 2, 3, 5, 6, 10)] == [0, 0, 1, 1, 2, 3]
     assert [membership.latest_before(0, i) for i in (2, 3, 6, 10)] == [None, "subscribe", "assign", "crash"]
     assert (membership.before(1, 4), membership.before(2, 100), membership.latest_before(2, 100)) == (1, 0, None)
+    # Both answers in one look-up, as the per-key segments ask them.
+    assert [membership.at(0, i) for i in (2, 3, 10)] == [(0, None), (1, "subscribe"), (3, "crash")]
+    assert membership.at(2, 100) == (0, None)
 
 
 def test_a_re_assignment_that_keeps_the_key_still_compares_reads_one_that_drops_it_does_not():

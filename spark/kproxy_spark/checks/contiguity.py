@@ -76,7 +76,7 @@ def nonmonotonic(pairs: list[dict]) -> list[dict]:
 
 # --- across operations of one process -------------------------------------
 
-@dataclass
+@dataclass(slots=True)
 class Segment:
     """What one operation read (or sent) of the key: its first and last value, with positions."""
 
@@ -123,16 +123,16 @@ def segments(view: KeyView, rows: list[Event], previous_types: tuple[str, ...]) 
     out: list[Segment] = []
     last_of_process: dict[int, Segment] = {}
     previous_usable: dict[int, Segment] = {}
+    position, membership = view.position, view.membership
     for index in sorted(by_op):
         mops = by_op[index]  # ordered by (mop_index, pos)
         first, last = mops[0], mops[-1]
-        kept = bisect_right(kept_at.get(first.process, []), index)
+        process = first.process
+        kept = bisect_right(kept_at.get(process, ()), index)
+        changes, latest = membership.at(process, index)
         seg = Segment(
-            process=first.process, index=index, type=first.type,
-            first_value=first.value, last_value=last.value, first_offset=first.offset, last_offset=last.offset,
-            first_vo_index=view.position.get(first.value), last_vo_index=view.position.get(last.value),
-            changes=view.membership.before(first.process, index), kept=kept,
-            subscribed=view.membership.latest_before(first.process, index) == "subscribe",
+            process, index, first.type, first.value, last.value, first.offset, last.offset,
+            position.get(first.value), position.get(last.value), changes, kept, latest == "subscribe",
         )
         seg.prev = previous_usable.get(seg.process)
         before = last_of_process.get(seg.process)

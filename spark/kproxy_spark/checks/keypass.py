@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import orjson
@@ -113,6 +114,8 @@ def key_events(ops: DataFrame) -> DataFrame:
     return rows.select("key", *EVENT_COLUMNS)
 
 
+_new_event = partial(tuple.__new__, Event)
+
 #: Columns that are never null: numpy turns them into Python values several
 #: times faster than Arrow's to_pylist.
 _DENSE = frozenset({"index", "time", "process", "mop_index", "pos", "op_writes", "op_reads"})
@@ -128,7 +131,8 @@ def _events_of(table) -> list[Event]:  # noqa: ANN001 - a pyarrow.Table
             columns.append(column.to_numpy().tolist())
         else:
             columns.append(column.to_pylist())
-    return [Event._make(row) for row in zip(*columns)]
+    # tuple.__new__ straight from zip's rows: Event._make is a Python call per row.
+    return list(map(_new_event, zip(*columns)))
 
 
 def _output(rows: list[tuple]):  # noqa: ANN202

@@ -53,8 +53,15 @@ class Membership:
 
     def latest_before(self, process: int, index: int) -> str | None:
         """The f of the process's latest change before ``index`` (None before any)."""
-        n = self.before(process, index)
-        return self._fs[process][n - 1] if n else None
+        return self.at(process, index)[1]
+
+    def at(self, process: int, index: int) -> tuple[int, str | None]:
+        """(before, latest_before) in one look-up: the per-key checks ask both for every operation."""
+        indexes = self._indexes.get(process)
+        if not indexes:
+            return 0, None
+        n = bisect_left(indexes, index)
+        return n, (self._fs[process][n - 1] if n else None)
 
 
 def collect_membership(ops: DataFrame) -> Membership:

@@ -84,10 +84,13 @@ def lost_writes(view: KeyView) -> list[dict]:
 def _first_ok_polls(view: KeyView) -> dict[int, tuple[int, int]]:
     """value -> (index, time) of the earliest acknowledged poll that returned it."""
     first: dict[int, tuple[int, int]] = {}
-    for r in view.polled:
+    for r in view.polled:  # ordered by index: a value's first row has its earliest index
         if r.type == "ok":
-            index, time = first.get(r.value, (r.index, r.time))
-            first[r.value] = (min(index, r.index), min(time, r.time))
+            seen = first.get(r.value)
+            if seen is None:
+                first[r.value] = (r.index, r.time)
+            elif r.time < seen[1]:  # a clock that went backwards (a history Spark read unchecked)
+                first[r.value] = (seen[0], r.time)
     return first
 
 
