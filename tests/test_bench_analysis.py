@@ -102,7 +102,7 @@ def test_inputs_are_generated_once_and_again_when_traces_are_missing(tmp_path: P
     again = prepare_inputs(config, 50, with_traces=False)
     assert again.generated_s is None and again.history == first.history
     with_traces = prepare_inputs(config, 50, with_traces=True)
-    assert with_traces.generated_s is not None and list(with_traces.traces.glob("*.jsonl"))
+    assert with_traces.generated_s is not None and list(with_traces.traces.glob("*.events"))
     # Traces cached: a history-only run takes the same files without generating.
     assert prepare_inputs(config, 50, with_traces=False).generated_s is None
     # A half-written generation (no marker) is never taken.

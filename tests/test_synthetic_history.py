@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from kproxy.obs.trace_files import iter_trace_events
 from kproxy.obs.trace_schema import EVENT, FIELD_NAMES, PARTITION, RECORD
 from kproxy.workload.history import validate_history
 
@@ -18,10 +19,12 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "synthetic-history.py
 OPS = 2000
 
 
-def generate(out: Path, ops: int, traces: Path | None = None, seed: int = 0) -> None:
+def generate(out: Path, ops: int, traces: Path | None = None, seed: int = 0, trace_format: str | None = None) -> None:
     args = [sys.executable, str(SCRIPT), "--ops", str(ops), "--out", str(out), "--seed", str(seed)]
     if traces is not None:
         args += ["--traces", str(traces)]
+    if trace_format is not None:
+        args += ["--trace-format", trace_format]
     subprocess.run(args, check=True, capture_output=True, timeout=60)
 
 
@@ -38,7 +41,8 @@ def read_lines(path: Path) -> list[dict]:
 
 
 def trace_events(traces: Path) -> list[dict]:
-    return [e for f in sorted(traces.glob("*.jsonl")) for e in read_lines(f)]
+    """The trace's events, each partition's records decoded from the side files, as any reader sees them."""
+    return list(iter_trace_events(traces))
 
 
 def test_history_validates_with_the_requested_number_of_completed_worker_ops(synthetic):
@@ -155,3 +159,30 @@ def test_analysis_of_a_clean_synthetic_history_and_its_traces_is_valid(synthetic
     # Every aborted transaction's consumer seeks back: never advance or rewind further.
     positions = {case["position"] for case in report["anomalies"].get("abort-position", [])}
     assert positions <= {"rewind"}
+
+
+def test_the_trace_is_the_proxys_format_and_holds_what_the_json_lines_trace_holds(synthetic, tmp_path):
+    """By default the trace is segment files with the records' batches in side files, as a proxy writes it;
+    read back, every event is the one `--trace-format jsonl` writes, but for where the batches are kept
+    (and a marker's key and value, which the proxy writes as the text of their bytes)."""
+    history, traces = synthetic
+    assert sorted(p.suffix for p in traces.iterdir()) == [".events", ".records"]
+    generate(tmp_path / "history.jsonl", OPS, tmp_path / "jsonl", seed=7, trace_format="jsonl")
+    assert (tmp_path / "history.jsonl").read_bytes() == history.read_bytes()
+    side = {"records_file", "records_offset", "records_length", "batches", "compression"}
+
+    def comparable(event: dict) -> dict:
+        parts = []
+        for part in event["partitions"] or ():
+            records = [{k: v for k, v in r.items() if not (r["control"] and k in ("key", "value"))}
+                       for r in part["records"] or ()]
+            parts.append({**{k: v for k, v in part.items() if k not in side}, "records": records})
+        return {**event, "partitions": parts}
+
+    segments, lines = trace_events(traces), trace_events(tmp_path / "jsonl")
+    assert len(segments) == len(lines)
+    assert [comparable(e) for e in segments] == [comparable(e) for e in lines]
+    # Data records are whole batches of the side file, markers in control batches of their own.
+    batched = [p for e in segments for p in e["partitions"] or () if p["records_file"]]
+    assert batched and all(p["batches"] and p["records_length"] > 0 for p in batched)
+    assert any(b["control"] for p in batched for b in p["batches"])

@@ -39,7 +39,9 @@ crash); the `create` notes and the final reads come on top (the summary on
 stderr gives every count).
 
 With `--traces DIR` the matching proxy trace at level `records` is written
-too: per send or txn a Produce request and response (records, base offsets,
+too, as the proxy writes it (segment files, the records' batches in side
+files: kproxy.workload.synthetic_segments; `--trace-format jsonl` for one JSON
+object per event with the records inline): per send or txn a Produce request and response (records, base offsets,
 errors), per poll micro-op a Fetch request and response (the records read
 plus the transaction markers passed over), per txn an EndTxn request and
 response with its synthetic transaction numbers. Every event carries every
@@ -60,6 +62,7 @@ import orjson
 
 from kproxy.obs.trace_schema import EVENT, PARTITION, RECORD, SCHEMA_VERSION
 from kproxy.protocol.apis import API_KEYS
+from kproxy.workload.synthetic_segments import SegmentOutput
 
 TOPIC_PREFIX = "synth"
 PROXY_ID = "synth"
@@ -68,6 +71,8 @@ PROXY_ID = "synth"
 TRACE_CLOCK_OFFSET_NS = 7_000_000_000_000
 WALL_CLOCK_BASE_S = 1_800_000_000.0
 ROTATE_BYTES = 256 * 1024 * 1024  # as the proxy's trace writer
+#: How the trace is written: segments (the proxy's default) or jsonl.
+TRACE_FORMATS = ("segments", "jsonl")
 MAX_POLL_RECORDS = 16  # per key per poll micro-op
 FINAL_POLL_RECORDS = 500  # per final poll operation
 REQUEST_TIMED_OUT = 7
@@ -571,6 +576,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ops", type=int, required=True, help="completed worker operations to write")
     parser.add_argument("--out", type=Path, required=True, help="history file (JSON Lines)")
     parser.add_argument("--traces", type=Path, default=None, help="also write matching traces (level records) here")
+    parser.add_argument("--trace-format", choices=TRACE_FORMATS, default="segments",
+                        help="segments (the proxy's default: segment files, record batches in side files) or jsonl "
+                             "(one JSON object per event, records inline)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--processes", type=int, default=8, help="concurrent workers")
     parser.add_argument("--keys", type=int, default=8, help="keys in play at once")
@@ -582,20 +590,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def generate(ops: int, out: Path, traces: Path | None = None, seed: int = 0, processes: int = 8, keys: int = 8,
-             writes_per_key: int = 256, progress: Progress | None = None) -> dict[str, int]:
-    """Write the history (and the traces when a directory is given); return
-    the counts: history and trace lines, completed, aborted, info, create,
-    final_reads."""
+             writes_per_key: int = 256, progress: Progress | None = None,
+             trace_format: str = "segments") -> dict[str, int]:
+    """Write the history (and the traces when a directory is given, in
+    `trace_format`: TRACE_FORMATS); return the counts: history and trace
+    lines, completed, aborted, info, create, final_reads."""
     args = argparse.Namespace(ops=ops, out=Path(out), traces=None if traces is None else Path(traces), seed=seed,
                               processes=processes, keys=keys, writes_per_key=writes_per_key)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     history = Output(args.out)
-    trace_out = None
+    trace_out: Output | SegmentOutput | None = None
     if args.traces is not None:
         args.traces.mkdir(parents=True, exist_ok=True)
-        for old in args.traces.glob(f"trace-{PROXY_ID}-*.jsonl"):
+        for old in args.traces.glob(f"trace-{PROXY_ID}-*"):
             old.unlink()  # a rerun must not mix two generations of the same trace
-        trace_out = Output(args.traces, rotate=True)
+        if trace_format == "segments":
+            trace_out = SegmentOutput(args.traces, PROXY_ID, ROTATE_BYTES)
+        elif trace_format == "jsonl":
+            trace_out = Output(args.traces, rotate=True)
+        else:
+            raise ValueError(f"trace_format must be one of {', '.join(TRACE_FORMATS)}, not {trace_format!r}")
     generator = Generator(args, history, Trace(trace_out))
     generator.run(progress)
     history.close()
@@ -607,7 +621,8 @@ def generate(ops: int, out: Path, traces: Path | None = None, seed: int = 0, pro
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
-    counts = generate(args.ops, args.out, args.traces, args.seed, args.processes, args.keys, args.writes_per_key)
+    counts = generate(args.ops, args.out, args.traces, args.seed, args.processes, args.keys, args.writes_per_key,
+                      trace_format=args.trace_format)
     print(
         f"{args.out}: {counts['history_lines']} lines, {counts['completed']} worker ops completed "
         f"({counts['aborted']} aborted txns, {counts['info']} info/crash), {counts['create']} keys created, "
