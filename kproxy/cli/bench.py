@@ -162,7 +162,8 @@ def analysis(sizes, traces_mode, master, seed, timeout, work_dir, out) -> None: 
     """Measure `kproxy analyze` on clean synthetic histories of growing size.
 
     For each size, a Jepsen-style queue history with matching proxy traces
-    (the generator of scripts/synthetic-history.py, docs/performance-analysis.md)
+    in the proxy's own format (segment files, record batches in side files;
+    the generator of scripts/synthetic-history.py, docs/performance-analysis.md)
     is generated once and cached in the work directory; then `kproxy analyze`
     runs on it as a subprocess, the way a user runs it, with and/or without
     the traces. The table gives, per run: wall time (Spark's start

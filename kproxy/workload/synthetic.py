@@ -40,12 +40,13 @@ stderr gives every count).
 
 With `--traces DIR` the matching proxy trace at level `records` is written
 too, as the proxy writes it (segment files, the records' batches in side
-files: kproxy.workload.synthetic_segments; `--trace-format jsonl` for one JSON
-object per event with the records inline): per send or txn a Produce request and response (records, base offsets,
-errors), per poll micro-op a Fetch request and response (the records read
-plus the transaction markers passed over), per txn an EndTxn request and
-response with its synthetic transaction numbers. Every event carries every
-field of kproxy.obs.trace_schema.EVENT.
+files: kproxy.workload.synthetic_segments; `--trace-format jsonl` for one
+JSON object per event with the records inline): per send or txn a Produce
+request and response (records, base offsets, errors), per poll micro-op a
+Fetch request and response (the records read plus the transaction markers
+passed over), per txn an EndTxn request and response with its synthetic
+transaction numbers. Every event carries every field of
+kproxy.obs.trace_schema.EVENT.
 """
 
 from __future__ import annotations

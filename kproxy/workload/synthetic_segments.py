@@ -100,21 +100,25 @@ class SegmentOutput:
         self._side_written = 0
 
     def write(self, event: dict) -> None:
-        for part in event["partitions"] or ():
-            records = part.get("records")
-            if not records:
-                continue
-            raw = encode_records(records)
-            part["batches"] = scan_batches(raw, 0, len(raw), None)
-            part["compression"] = part["batches"][0]["compression"]
-            part.update(records=None, records_file=self._side_name, records_offset=self._side_written,
-                        records_length=len(raw))
-            self._side.write(raw)
-            self._side_written += len(raw)
+        if event["partitions"]:
+            event = {**event, "partitions": [self._with_side_records(part) for part in event["partitions"]]}
         self._rows.append([event[name] for name in FIELDS])
         self.lines += 1
         if len(self._rows) >= EVENTS_PER_SEGMENT:
             self.flush()
+
+    def _with_side_records(self, part: dict) -> dict:
+        """`part` (not changed) with its records moved to the side file as batches, as the proxy keeps them."""
+        records = part.get("records")
+        if not records:
+            return part
+        raw = encode_records(records)
+        batches = scan_batches(raw, 0, len(raw), None)
+        offset = self._side_written
+        self._side.write(raw)
+        self._side_written += len(raw)
+        return {**part, "batches": batches, "compression": batches[0]["compression"], "records": None,
+                "records_file": self._side_name, "records_offset": offset, "records_length": len(raw)}
 
     def flush(self) -> None:
         if self._rows:
