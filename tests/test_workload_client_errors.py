@@ -109,6 +109,23 @@ def test_a_fatal_client_error_marks_the_client_for_retirement() -> None:
 
 
 
+def test_a_client_failure_passes_through_a_context_manager_as_itself() -> None:
+    """contextlib sets a propagating exception's __traceback__ by assignment: a frozen ClientFailure
+    came out of a test's `with` block as FrozenInstanceError instead of the client's DeadlineExceeded."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def cleaning_up():
+        yield
+
+    failure = ClientFailure("DeadlineExceeded", retriable=True)
+    with pytest.raises(ClientFailure, match="DeadlineExceeded") as raised, cleaning_up():
+        raise failure
+    assert raised.value is failure and raised.value.__traceback__ is not None
+    assert failure == ClientFailure("DeadlineExceeded", retriable=True)
+    assert len({failure, ClientFailure("DeadlineExceeded", retriable=True)}) == 1  # hashed by its fields
+
+
 def test_a_kept_failure_does_not_keep_a_closed_producer_alive():
     # A retired process's failure stays in the history; its traceback must not
     # hold the librdkafka handle, which would go on reconnecting for the rest
