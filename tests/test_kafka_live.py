@@ -175,29 +175,31 @@ def test_franz_go_commits_offsets_in_a_transaction_without_records(kafka_broker:
     topic = f"t-{uuid.uuid4().hex[:10]}"
     create_topic(kafka_broker.bootstrap, topic)
     factory = FranzGoFactory(kafka_broker.bootstrap, {}, {})
+    # A bound, not a wait: a first commit on a loaded machine once took franz-go past 10 s (DeadlineExceeded).
+    bound = 30
     try:
         producer = factory.producer(f"p-{topic}", f"tx-{topic}")
-        producer.init_transactions(10)
+        producer.init_transactions(bound)
         consumer = factory.consumer(f"c-{topic}", f"g-{topic}")
         consumer.assign([(topic, 0)])
         producer.begin_transaction()
         first = producer.send(topic, 0, b"k", b"v1")
-        producer.commit_transaction(10)
+        producer.commit_transaction(bound)
         assert first.offset == 0
         deadline = time.monotonic() + 10
         while not consumer.poll(10, 0.5) and time.monotonic() < deadline:
             pass
         producer.begin_transaction()  # offsets only: committed, and the producer goes on (a new epoch under TV2)
-        producer.send_offsets_to_transaction(consumer.positions(), consumer, 10)
-        producer.commit_transaction(10)
+        producer.send_offsets_to_transaction(consumer.positions(), consumer, bound)
+        producer.commit_transaction(bound)
         assert consumer.committed([(topic, 0)], 10) == {(topic, 0): 1}
         producer.begin_transaction()
         second = producer.send(topic, 0, b"k", b"v2")
-        producer.commit_transaction(10)
+        producer.commit_transaction(bound)
         assert second.failure is None and second.offset == 2  # offset 1 is the first commit's marker
         producer.begin_transaction()  # offsets only, aborted: nothing moves
-        producer.send_offsets_to_transaction({(topic, 0): 3}, consumer, 10)
-        producer.abort_transaction(10)
+        producer.send_offsets_to_transaction({(topic, 0): 3}, consumer, bound)
+        producer.abort_transaction(bound)
         assert consumer.committed([(topic, 0)], 10) == {(topic, 0): 1}
     finally:
         factory.close()
