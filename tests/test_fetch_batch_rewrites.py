@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kproxy.faults.loader import RuleFileError, load_rule_text
-from kproxy.protocol.records import control_type_of, decode_batches, encode_batch, make_batch, Record
+from kproxy.protocol.records import Record, batch_tuples, control_type_of, decode_batches, encode_batch, make_batch
 from kproxy.protocol.response_faults import (
     NO_OP_CONTROL_TYPE,
     aborted_batch_starts,
@@ -169,5 +169,5 @@ def test_the_trace_sees_the_no_op_marker_as_a_control_record() -> None:
     from kproxy.protocol.record_views import _record_views
 
     records = encode_batch(data_batch(0, 2, pid=7)) + encode_batch(marker("abort", 2, pid=7))
-    views = _record_views(decode_batches(hide_aborted(records, (), end_marker=True)), with_offsets=True)
+    views = _record_views(batch_tuples(hide_aborted(records, (), end_marker=True)), with_offsets=True)
     assert [(v["offset"], v["control"], v["producer_id"]) for v in views] == [(1, "unknown", 7)]

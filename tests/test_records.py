@@ -23,6 +23,7 @@ from kproxy.protocol.records import (
     Record,
     RecordBatch,
     RecordDecodeError,
+    batch_tuples,
     decode_batches,
     encode_batch,
     make_batch,
@@ -156,6 +157,16 @@ def test_several_batches_decode_in_order() -> None:
     c = make_batch([Record(3, 4, b"c", b"3")], compression="zstd")
     assert decode_batches(encode_batch(a) + encode_batch(b) + encode_batch(c)) == [a, b, c]
     assert decode_batches(b"") == [] and decode_batches(None) == []
+
+
+def test_a_writable_buffer_decodes_as_its_bytes() -> None:
+    # A frame gathered by the proxy is a bytearray; kio's readers refuse a writable buffer.
+    batch = make_batch([Record(5, 1, b"k", b"v", (("h", b"x"),))], producer_id=3, base_sequence=7)
+    raw = encode_batch(batch)
+    assert decode_batches(bytearray(raw)) == decode_batches(memoryview(bytearray(raw))) == [batch]
+    ((header, records),) = batch_tuples(bytearray(raw))
+    assert header[0] == 5 and header[9] == 3 and header[11] == 7
+    assert records == [(0, 0, b"k", b"v", (("h", b"x"),))]
 
 
 def _legacy_v1_message(offset: int, key: bytes, value: bytes) -> bytes:

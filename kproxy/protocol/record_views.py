@@ -21,7 +21,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kproxy.obs.trace_schema import PARTITION, RECORD
-from kproxy.protocol.records import RecordBatch, RecordDecodeError, control_type_of, decode_batches
+from kproxy.protocol.compression import codec_name
+from kproxy.protocol.records import (
+    CONTROL_FLAG,
+    NO_SEQUENCE,
+    TRANSACTIONAL_FLAG,
+    RecordDecodeError,
+    RecordTuple,
+    batch_tuples,
+    control_type_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,30 +68,36 @@ def _partition_view(**values: Any) -> dict[str, Any]:
     return view
 
 
-def _record_views(batches: Iterable[RecordBatch], with_offsets: bool) -> list[dict[str, Any]]:
+def _record_views(batches: Iterable[tuple[tuple[int, ...], list[RecordTuple]]], with_offsets: bool) -> list[dict[str, Any]]:
     views = []
-    for batch in batches:
-        for record in batch.records:
-            views.append(
+    append = views.append
+    for header, records in batches:
+        base_offset, attributes = header[0], header[5]
+        producer_id, producer_epoch, base_sequence = header[9], header[10], header[11]
+        control = attributes & CONTROL_FLAG
+        transactional = bool(attributes & TRANSACTIONAL_FLAG)
+        for offset_delta, _timestamp_delta, key, value, _headers in records:
+            append(
                 {
-                    "offset": record.offset if with_offsets else None,
-                    "key": payload_text(record.key),
-                    "value": payload_text(record.value),
+                    "offset": base_offset + offset_delta if with_offsets else None,
+                    "key": payload_text(key),
+                    "value": payload_text(value),
                     # A control record of a type data logs give no meaning (the no-op
                     # marker of fetch_hide_aborted) is still no data record.
-                    "control": (control_type_of(record.key) or "unknown") if batch.is_control else None,
-                    "producer_id": batch.producer_id,
-                    "producer_epoch": batch.producer_epoch,
-                    "sequence": batch.sequence_of(record),
-                    "transactional": batch.is_transactional,
+                    "control": (control_type_of(key) or "unknown") if control else None,
+                    "producer_id": producer_id,
+                    "producer_epoch": producer_epoch,
+                    # Sequences wrap to 0 after int32 max, as Kafka's do (RecordBatch.sequence_of).
+                    "sequence": NO_SEQUENCE if base_sequence < 0 else (base_sequence + offset_delta) % (1 << 31),
+                    "transactional": transactional,
                 }
             )
     return views
 
 
-def _decoded(records: bytes | None, where: str) -> list[RecordBatch] | None:
+def _decoded(records: bytes | None, where: str) -> list[tuple[tuple[int, ...], list[RecordTuple]]] | None:
     try:
-        return decode_batches(records)
+        return batch_tuples(records)
     except RecordDecodeError as exc:
         log.debug("records of %s not traced: %s", where, exc)
         return None
@@ -93,7 +108,7 @@ def _records_fields(records: bytes | None, where: str, with_offsets: bool) -> di
     if batches is None:
         return {"compression": None, "records": None}
     return {
-        "compression": batches[0].compression if batches else None,
+        "compression": codec_name(batches[0][0][5]) if batches else None,
         "records": _record_views(batches, with_offsets),
     }
 
@@ -256,7 +271,7 @@ def side_records(raw: bytes | memoryview, api: str | None, direction: str | None
     valid batches.
     """
     where = f"{api} {direction} {partition.get('topic')}-{partition.get('partition')}"
-    batches = _decoded(bytes(raw), where)
+    batches = _decoded(raw, where)
     if batches is None:
         return None
     views = _record_views(batches, with_offsets=api == "fetch")

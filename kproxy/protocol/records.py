@@ -35,6 +35,7 @@ class RecordDecodeError(ValueError):
 # last_offset_delta, base_timestamp, max_timestamp, producer_id,
 # producer_epoch, base_sequence, record count.
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+_LENGTH = struct.Struct(">i")
 _PRE_CRC = struct.Struct(">qiibI")
 _POST_CRC_HEADER = struct.Struct(">hiqqqhii")
 _CONTROL_KEY = struct.Struct(">hh")
@@ -181,40 +182,72 @@ def decode_batches(data: bytes | memoryview | None, *, verify_crc: bool = True) 
     bytes (bad length, unknown magic, CRC mismatch, undecodable records) raise
     RecordDecodeError.
     """
+    return [
+        RecordBatch(
+            base_offset=(base := header[0]),
+            partition_leader_epoch=header[2],
+            attributes=header[5],
+            last_offset_delta=header[6],
+            base_timestamp=(base_timestamp := header[7]),
+            max_timestamp=header[8],
+            producer_id=header[9],
+            producer_epoch=header[10],
+            base_sequence=header[11],
+            records=tuple(
+                Record(base + offset_delta, base_timestamp + timestamp_delta, key, value, headers)
+                for offset_delta, timestamp_delta, key, value, headers in records
+            ),
+        )
+        for header, records in batch_tuples(data, verify_crc=verify_crc)
+    ]
+
+
+#: One record of batch_tuples: (offset_delta, timestamp_delta, key, value, headers).
+RecordTuple = tuple[int, int, "bytes | None", "bytes | None", tuple[tuple[str, "bytes | None"], ...]]
+
+
+def batch_tuples(
+    data: bytes | memoryview | None, *, verify_crc: bool = True
+) -> list[tuple[tuple[int, ...], list[RecordTuple]]]:
+    """decode_batches without its objects: each complete magic-2 batch as (header, records).
+
+    header: the batch header's 13 fields in wire order (base_offset,
+    batch_length, partition_leader_epoch, magic, crc, attributes,
+    last_offset_delta, base_timestamp, max_timestamp, producer_id,
+    producer_epoch, base_sequence, count); records: RecordTuple each. The
+    same rules and errors as decode_batches, which builds on it; for readers
+    of many small batches (the analysis reads every traced one), where the
+    objects cost more than reading the bytes.
+    """
     if not data:
         return []
-    view = memoryview(data)
+    view = memoryview(data).toreadonly()  # kio's readers refuse a writable buffer
+    size = len(view)
     batches = []
-    for span in scan_batches(view):
-        if not span.complete:
-            break
-        if span.magic in (0, 1):
-            continue
-        if span.magic != 2:
-            raise RecordDecodeError(f"record batch at byte {span.start} has unknown magic {span.magic}")
-        batches.append(_decode_batch(view[span.start : span.end], span.start, verify_crc))
+    pos = 0
+    # The entries' walk of scan_batches, inline: a span object per batch cost as much as its header.
+    while pos < size - _MAGIC_OFFSET:
+        (length,) = _LENGTH.unpack_from(view, pos + 8)
+        if length < _MIN_ENTRY_LENGTH:
+            raise RecordDecodeError(f"record batch at byte {pos} has impossible length {length}")
+        magic = view[pos + _MAGIC_OFFSET]
+        end = pos + LOG_OVERHEAD + length
+        if end > size:
+            break  # a truncated tail, as brokers cut a response at the fetch size
+        if magic == 2:
+            batches.append(_batch_tuple(view[pos:end], pos, verify_crc))
+        elif magic not in (0, 1):
+            raise RecordDecodeError(f"record batch at byte {pos} has unknown magic {magic}")
+        pos = end
     return batches
 
 
-def _decode_batch(view: memoryview, at: int, verify_crc: bool) -> RecordBatch:
+def _batch_tuple(view: memoryview, at: int, verify_crc: bool) -> tuple[tuple[int, ...], list[RecordTuple]]:
     if len(view) < BATCH_HEADER_SIZE:
         raise RecordDecodeError(f"record batch at byte {at} is {len(view)} bytes, shorter than its header")
-    (
-        base_offset,
-        _length,
-        partition_leader_epoch,
-        _magic,
-        crc,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        count,
-    ) = _BATCH_HEADER.unpack_from(view)
-    if verify_crc and crc32c(view[_ATTRIBUTES_OFFSET:]) != crc:
+    header = _BATCH_HEADER.unpack_from(view)
+    base_offset, attributes, count = header[0], header[5], header[12]
+    if verify_crc and crc32c(view[_ATTRIBUTES_OFFSET:]) != header[4]:
         raise RecordDecodeError(f"record batch at byte {at} (base offset {base_offset}) fails its CRC32C check")
     if count < 0:
         raise RecordDecodeError(f"record batch at byte {at} has a negative record count {count}")
@@ -223,23 +256,12 @@ def _decode_batch(view: memoryview, at: int, verify_crc: bool) -> RecordBatch:
         body = view[BATCH_HEADER_SIZE:]
         if codec != "none":
             body = memoryview(decompress(codec, body))
-        records = _decode_records(body, count, base_offset, base_timestamp)
+        records = _decode_records(body, count)
     except (CompressionError, DecodeError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, RecordDecodeError):
             raise RecordDecodeError(f"record batch at byte {at} (base offset {base_offset}): {exc}") from None
         raise RecordDecodeError(f"record batch at byte {at} (base offset {base_offset}) has bad records: {exc}") from exc
-    return RecordBatch(
-        base_offset=base_offset,
-        partition_leader_epoch=partition_leader_epoch,
-        attributes=attributes,
-        last_offset_delta=last_offset_delta,
-        base_timestamp=base_timestamp,
-        max_timestamp=max_timestamp,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        records=records,
-    )
+    return header, records
 
 
 def _read_bytes(buf: memoryview, pos: int, what: str) -> tuple[bytes | None, int]:
@@ -255,48 +277,45 @@ def _read_bytes(buf: memoryview, pos: int, what: str) -> tuple[bytes | None, int
     return bytes(buf[pos:end]), end
 
 
-def _decode_records(buf: memoryview, count: int, base_offset: int, base_timestamp: int) -> tuple[Record, ...]:
+def _decode_records(buf: memoryview, count: int) -> list[RecordTuple]:
     records = []
     pos = 0
+    size = len(buf)
+    varint, varlong, read_bytes = read_signed_varint, read_signed_varlong, _read_bytes
     for _ in range(count):
-        length, n = read_signed_varint(buf, pos)
+        length, n = varint(buf, pos)
         pos += n
         record_end = pos + length
-        if length < 0 or record_end > len(buf):
+        if length < 0 or record_end > size:
             raise RecordDecodeError(f"record length {length} does not fit the batch")
         pos += 1  # record attributes: unused by every message format so far
-        timestamp_delta, n = read_signed_varlong(buf, pos)
+        timestamp_delta, n = varlong(buf, pos)
         pos += n
-        offset_delta, n = read_signed_varint(buf, pos)
+        offset_delta, n = varint(buf, pos)
         pos += n
-        key, pos = _read_bytes(buf, pos, "record key")
-        value, pos = _read_bytes(buf, pos, "record value")
-        header_count, n = read_signed_varint(buf, pos)
+        key, pos = read_bytes(buf, pos, "record key")
+        value, pos = read_bytes(buf, pos, "record value")
+        header_count, n = varint(buf, pos)
         pos += n
-        if header_count < 0:
-            raise RecordDecodeError(f"record has a negative header count {header_count}")
-        headers = []
-        for _ in range(header_count):
-            name, pos = _read_bytes(buf, pos, "header key")
-            if name is None:
-                raise RecordDecodeError("record header has a null key")
-            header_value, pos = _read_bytes(buf, pos, "header value")
-            headers.append((name.decode("utf-8"), header_value))
+        if header_count:
+            if header_count < 0:
+                raise RecordDecodeError(f"record has a negative header count {header_count}")
+            headers = []
+            for _ in range(header_count):
+                name, pos = read_bytes(buf, pos, "header key")
+                if name is None:
+                    raise RecordDecodeError("record header has a null key")
+                header_value, pos = read_bytes(buf, pos, "header value")
+                headers.append((name.decode("utf-8"), header_value))
+            headers = tuple(headers)
+        else:
+            headers = ()
         if pos != record_end:
             raise RecordDecodeError(f"record fields end at {pos}, its length says {record_end}")
-        records.append(
-            Record(
-                offset=base_offset + offset_delta,
-                timestamp=base_timestamp + timestamp_delta,
-                key=key,
-                value=value,
-                headers=tuple(headers),
-            )
-        )
-    if pos != len(buf):
-        raise RecordDecodeError(f"{len(buf) - pos} stray bytes after the last of {count} records")
-    return tuple(records)
-
+        records.append((offset_delta, timestamp_delta, key, value, headers))
+    if pos != size:
+        raise RecordDecodeError(f"{size - pos} stray bytes after the last of {count} records")
+    return records
 
 def _write_bytes(out: io.BytesIO, value: bytes | None) -> None:
     if value is None:
