@@ -186,3 +186,10 @@ def test_the_trace_is_the_proxys_format_and_holds_what_the_json_lines_trace_hold
     batched = [p for e in segments for p in e["partitions"] or () if p["records_file"]]
     assert batched and all(p["batches"] and p["records_length"] > 0 for p in batched)
     assert any(b["control"] for p in batched for b in p["batches"])
+    # A Produce response points at its request's batches, as the proxy's does.
+    region = ("records_file", "records_offset", "records_length")
+    sent = {(e["conn_id"], e["correlation_id"], p["topic"], p["partition"]): tuple(p[k] for k in region)
+            for e in segments if e["api"] == "produce" and e["direction"] == "request" for p in e["partitions"]}
+    answered = [(sent[(e["conn_id"], e["correlation_id"], p["topic"], p["partition"])], tuple(p[k] for k in region))
+                for e in segments if e["api"] == "produce" and e["direction"] == "response" for p in e["partitions"]]
+    assert answered and all(request == response for request, response in answered)

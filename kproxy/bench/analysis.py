@@ -71,9 +71,13 @@ class Inputs:
 
 
 def _generator_fingerprint() -> str:
-    from kproxy.workload import synthetic
+    """The generator's code: the events (synthetic) and how they are written (synthetic_segments)."""
+    from kproxy.workload import synthetic, synthetic_segments
 
-    return hashlib.sha256(Path(synthetic.__file__).read_bytes()).hexdigest()[:16]
+    code = hashlib.sha256()
+    for module in (synthetic, synthetic_segments):
+        code.update(Path(module.__file__).read_bytes())
+    return code.hexdigest()[:16]
 
 
 def prepare_inputs(config: AnalysisBenchConfig, ops: int, with_traces: bool,

@@ -270,8 +270,23 @@ def side_records(raw: bytes | memoryview, api: str | None, direction: str | None
     base_offset + i when the partition succeeded. None when the bytes are not
     valid batches.
     """
-    where = f"{api} {direction} {partition.get('topic')}-{partition.get('partition')}"
-    batches = _decoded(raw, where)
+    return side_batch_records(side_batches(raw, api, direction, partition), api, direction, partition)
+
+
+def side_batches(
+    raw: bytes | memoryview, api: str | None, direction: str | None, partition: Mapping[str, Any]
+) -> list[tuple[tuple[int, ...], list[RecordTuple]]] | None:
+    """A side-file region's batches (kproxy.protocol.records.batch_tuples), or None, logged, when they
+    are not valid batches. A Produce response points at its request's region: a reader may decode it once
+    for both (side_batch_records)."""
+    return _decoded(raw, f"{api} {direction} {partition.get('topic')}-{partition.get('partition')}")
+
+
+def side_batch_records(
+    batches: list[tuple[tuple[int, ...], list[RecordTuple]]] | None, api: str | None, direction: str | None,
+    partition: Mapping[str, Any],
+) -> list[dict[str, Any]] | None:
+    """side_records from the region's side_batches."""
     if batches is None:
         return None
     views = _record_views(batches, with_offsets=api == "fetch")

@@ -12,7 +12,8 @@ Each partition's records become record batches as a producer and a broker
 would lay them out: a new batch wherever the producer, its epoch, the
 transactional flag or data/control changes, or offsets or sequences stop
 running on. Reading them back (kproxy.protocol.record_views.side_records)
-gives the same records the dict held. Unlike the proxy, repeated Fetch
+gives the same records the dict held. A Produce response points at its
+request's batches, as the proxy's does. Unlike the proxy, repeated Fetch
 regions are not stored once (the generated ones are far below the proxy's
 64 KiB threshold for that).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
+from kproxy.obs.trace_records import SIDE_FIELDS
 from kproxy.obs.trace_schema import EVENT
 from kproxy.obs.trace_segments import SUFFIX as SEGMENT_SUFFIX
 from kproxy.obs.trace_segments import encode_segment, file_header
@@ -88,6 +90,7 @@ class SegmentOutput:
         self._seq = 0
         self._rows: list[list] = []
         self.lines = 0
+        self._produce_sides: dict[tuple, tuple[str, dict]] = {}  # a Produce request's side fields until its response
         self._open()
 
     def _open(self) -> None:
@@ -100,12 +103,32 @@ class SegmentOutput:
         self._side_written = 0
 
     def write(self, event: dict) -> None:
-        if event["partitions"]:
+        if event["partitions"] and event["api"] == "produce":
+            event = self._produce_event(event)
+        elif event["partitions"]:
             event = {**event, "partitions": [self._with_side_records(part) for part in event["partitions"]]}
         self._rows.append([event[name] for name in FIELDS])
         self.lines += 1
         if len(self._rows) >= EVENTS_PER_SEGMENT:
             self.flush()
+
+    def _produce_event(self, event: dict) -> dict:
+        """A Produce request's records go to the side file; its response points at the request's
+        batches, as the proxy's does (kproxy.obs.trace_records.ProduceResponseRecords): the offsets
+        it assigned apply to the records the request sent."""
+        exchange = (event["conn_id"], event["correlation_id"], event["copy"])
+        if event["direction"] == "request":
+            parts = [self._with_side_records(part) for part in event["partitions"]]
+            self._produce_sides[exchange] = (self._side_name, {
+                (p["topic"], p["partition"]): {k: p[k] for k in SIDE_FIELDS} for p in parts if p.get("records_file")})
+            return {**event, "partitions": parts}
+        side_name, sent = self._produce_sides.pop(exchange, (None, {}))
+        if side_name != self._side_name:
+            sent = {}  # the request's side file was rotated away: a remote reader reads a file with its own
+        return {**event, "partitions": [
+            {**part, **sent[(part["topic"], part["partition"])]} if (part["topic"], part["partition"]) in sent
+            else self._with_side_records(part)
+            for part in event["partitions"]]}
 
     def _with_side_records(self, part: dict) -> dict:
         """`part` (not changed) with its records moved to the side file as batches, as the proxy keeps them."""

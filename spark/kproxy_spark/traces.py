@@ -100,6 +100,7 @@ class _LocalSides:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._open: dict[str, int] = {}
+        self.decoded: dict = {}  # _side_records' regions
 
     def where(self, name: str) -> str:
         return str(self.directory / name)
@@ -127,6 +128,7 @@ class _LoadedSides:
 
     def __init__(self, directory: str, contents: dict[str, bytes]) -> None:
         self.directory, self.contents = directory, contents
+        self.decoded: dict = {}  # _side_records' regions
 
     def where(self, name: str) -> str:
         return f"{self.directory}/{name}"
@@ -158,15 +160,27 @@ def _partitions_with_records(text: bytes, api, direction, sides, source: str) ->
     return (orjson.dumps(parts, default=json_default) if decoded else text), empty
 
 
-def _side_records(part: dict, api, direction, sides, source: str):
-    from kproxy.protocol.record_views import side_records
+#: Side-file regions a reader keeps decoded: a Produce response points at its request's region, a few
+#: events later (kproxy.obs.trace_records.ProduceResponseRecords), and is read from it, not decoded again.
+_DECODED_REGIONS = 1024
 
-    name, offset, length = part["records_file"], part["records_offset"], part["records_length"]
-    raw = sides.read(name, offset, length)
-    if len(raw) != length:
-        raise ValueError(f"{sides.where(name)}: {length} bytes at offset {offset} referenced by {source}, "
-                         f"only {len(raw)} there")
-    return side_records(raw, api, direction, part)
+
+def _side_records(part: dict, api, direction, sides, source: str):
+    from kproxy.protocol.record_views import side_batch_records, side_batches
+
+    region = name, offset, length = part["records_file"], part["records_offset"], part["records_length"]
+    if region in sides.decoded:
+        batches = sides.decoded[region]
+    else:
+        raw = sides.read(name, offset, length)
+        if len(raw) != length:
+            raise ValueError(f"{sides.where(name)}: {length} bytes at offset {offset} referenced by {source}, "
+                             f"only {len(raw)} there")
+        batches = side_batches(raw, api, direction, part)
+        if len(sides.decoded) >= _DECODED_REGIONS:
+            sides.decoded.clear()
+        sides.decoded[region] = batches
+    return side_batch_records(batches, api, direction, part)
 
 
 def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None, sides=None) -> None:
