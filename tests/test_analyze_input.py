@@ -89,3 +89,44 @@ def test_a_trace_newer_than_this_kproxy_is_refused_with_its_file_and_exit_2_befo
     assert result.exit_code == 2, result.output
     assert f"{traces / name}:1: trace schema version 99 is not one this kproxy reads" in result.output
     assert not (tmp_path / "report").exists()  # refused before any analysis started
+
+
+def _with_a_line_spark_skips(path):
+    write_history(path, aborted_read(7)[:2])
+    with open(path, "a") as f:
+        f.write("not json\n")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("write", "where"), [
+    # Spark drops a line it cannot parse: the analysis runs to its end, and the check stops it there.
+    (_with_a_line_spark_skips, "3: not valid JSON"),
+    # Spark's reader refuses a named key itself: the check's line explains the failure.
+    (lambda path: write_history(path, aborted_read("x")), "1: send micro-op key 'x' is not an integer"),
+], ids=["spark-reads-past-it", "spark-fails-on-it"])
+def test_a_large_historys_broken_line_is_refused_beside_the_analysis_and_nothing_is_written(
+        spark, tmp_path, monkeypatch, write, where):
+    from kproxy.cli import analyze as cli
+
+    monkeypatch.setattr(cli, "CHECK_BESIDE_BYTES", 0)  # every history is "large"
+    history = tmp_path / "big.jsonl"
+    write(history)
+    out = tmp_path / "report"
+    result = CliRunner().invoke(main, ["analyze", "--history", str(history), "--out", str(out), "--master", "local[2]"])
+    assert result.exit_code == 2, result.output
+    assert "checking the history's lines beside the analysis" in result.output
+    assert f"error: {history}:{where}" in result.output
+    assert not (out / "report.json").exists() and not (out / "report.html").exists()
+
+
+@pytest.mark.spark
+def test_a_large_valid_history_checked_beside_the_analysis_gets_its_report(spark, tmp_path, monkeypatch):
+    from kproxy.cli import analyze as cli
+
+    monkeypatch.setattr(cli, "CHECK_BESIDE_BYTES", 0)
+    history = write_history(tmp_path / "numbered.jsonl", aborted_read(7))
+    out = tmp_path / "report"
+    result = CliRunner().invoke(main, ["analyze", "--history", history, "--out", str(out), "--master", "local[2]"])
+    assert result.exit_code == 1, result.output  # G1a: invalid, as checked first
+    assert "checking the history's lines beside the analysis" in result.output
+    assert "G1a" in (out / "report.json").read_text()

@@ -177,9 +177,14 @@ def analyze(
     ww_deps: bool = True,
     spark_conf: dict[str, str] | None = None,
     broker: dict | None = None,
+    before_writing: Callable[[], None] | None = None,
 ) -> dict:
     """Check the history (and the traces when given); write
     out_dir/report.json and out_dir/report.html; return the report.
+
+    `before_writing`, when given, is called once the report is made and
+    before anything is written; what it raises stops the analysis there (the
+    CLI's check of a large history's lines, run beside the analysis).
 
     `spark_conf`: Spark settings for the session this call starts (not for
     a `spark` given). `broker`: the report's `broker` section, when the
@@ -231,7 +236,7 @@ def analyze(
         check_remote_inputs(spark, history_path, traces_dir)
         input_bytes = _sized_input(spark, history_path, traces_dir, input_bytes)
         return _analyze_in(spark, history_path, traces_dir, out, derived, names, isolation, ww_deps, broker,
-                           input_bytes, started, phases, step)
+                           input_bytes, started, phases, step, before_writing)
     finally:
         if owned_connect:
             try:
@@ -242,7 +247,7 @@ def analyze(
 
 def _analyze_in(spark, history_path, traces_dir, out: Path, derived: bool, names, isolation: str, ww_deps: bool,
                 broker: dict | None, input_bytes: int, started: float, phases: dict[str, float],
-                step: Progress) -> dict:
+                step: Progress, before_writing: Callable[[], None] | None = None) -> dict:
     """analyze()'s work once it has a session."""
     from kproxy_spark.checks import (
         allowed_anomalies,
@@ -380,6 +385,13 @@ def _analyze_in(spark, history_path, traces_dir, out: Path, derived: bool, names
         attach_wire_stories(report["anomalies"], views)
         phases["wire_stories"] = round(time.monotonic() - begun, 3)
         step("wire stories done")
+    if before_writing is not None:
+        try:
+            before_writing()
+        except BaseException:
+            for frame in cached:  # only this analysis's own, as below
+                frame.unpersist()
+            raise
     step("rendering report.html")
     rendering = time.monotonic()
     from kproxy_spark.html import write_html
