@@ -64,22 +64,53 @@ CHECK_BESIDE_BYTES = 16 * 1024 * 1024
 
 
 class _HistoryCheckBeside:
-    """_unreadable_history of a large local history, in a process of its own beside the analysis."""
+    """_unreadable_history of a large local history, in a process of its own beside the analysis.
+
+    A broken line found while the analysis runs cancels its Spark jobs, over
+    and over until the analysis gives up, so the error comes as soon as the
+    check has it rather than when the analysis would have ended."""
 
     def __init__(self, history: str) -> None:
         import multiprocessing
+        import threading
         from concurrent.futures import ProcessPoolExecutor
 
+        self._history = history
+        self._ended = threading.Event()
         # spawn: the analysis's threads (py4j's, Spark's) must not be forked mid-flight.
         self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         self._problem = self._pool.submit(_unreadable_history, history)
+        self._problem.add_done_callback(self._stop_the_analysis_if_broken)
 
     def problem(self) -> str | None:
-        """What the check found (waiting for it)."""
+        """What the check found (waiting for it); the analysis has ended."""
+        self._ended.set()
         try:
             return self._problem.result()
+        except Exception:  # noqa: BLE001 - its process died (killed, out of memory): check here instead
+            return _unreadable_history(self._history)
         finally:
             self._pool.shutdown()
+
+    def _stop_the_analysis_if_broken(self, future) -> None:  # noqa: ANN001 - a Future
+        if future.cancelled() or future.exception() is not None or future.result() is None:
+            return
+        import threading
+
+        threading.Thread(target=self._cancel_spark_jobs, name="history-check-cancel", daemon=True).start()
+
+    def _cancel_spark_jobs(self) -> None:
+        from pyspark import SparkContext
+
+        # Jobs started between two cancellations (the analysis plans its next) are cancelled at the next.
+        while not self._ended.wait(0.2):
+            # None on Spark Connect, and without a JVM side while it starts: the gate before writing holds.
+            context = SparkContext._active_spark_context
+            if context is not None and getattr(context, "_jsc", None) is not None:
+                try:
+                    context.cancelAllJobs()
+                except Exception:  # noqa: BLE001, S112 - a context stopping under us: the analysis is ending anyway
+                    continue
 
     def gate(self) -> None:
         """Raise InputError when the history has a broken line: the report is not written."""
