@@ -73,6 +73,10 @@ class ProxyProcess:
         return stop_process(self.process, sig, timeout)
 
 
+#: Tries of start_proxy when another process took one of its ports between their pick and the bind.
+START_ATTEMPTS = 3
+
+
 def start_proxy(
     upstream: str,
     *extra_args: str,
@@ -85,24 +89,37 @@ def start_proxy(
     """Run `kproxy run --upstream UPSTREAM` on free ports; returns once it listens.
 
     The admin API binds `admin_bind` (default: `host`); it is always reached at `host`.
+    A free port can be taken by another process before the proxy binds it (tests and
+    demos start several at once): a proxy that exits saying so is started again on
+    other ports, up to START_ATTEMPTS times in all. It is seen by its admin port,
+    which it opens after its listeners; without one, a listen port another
+    process answers on passes for the proxy's.
     """
-    # The bootstrap listener and the per-broker listeners (by default listen
-    # port + 1 + node id) come from one run of free ports.
-    listen_port = free_port_block(host)
-    admin_port = free_port(host) if admin else None
-    cmd = [sys.executable, "-m", "kproxy", "run", "--upstream", upstream, "--listen", f"{host}:{listen_port}"]
-    cmd += ["--admin", f"{admin_bind or host}:{admin_port}"] if admin else ["--no-admin"]
-    cmd += list(extra_args)
-    proc = spawn(cmd, log_path, env=dict(os.environ))
-    handle = ProxyProcess(listen_port, admin_port, proc, log_path, host)
-    try:
-        wait_for_port(host, listen_port, startup_timeout)
-        if admin_port:
-            wait_for_port(host, admin_port, startup_timeout)
-    except BrokerError as exc:
-        handle.stop(signal.SIGKILL)
-        raise RuntimeError(f"kproxy did not start: {exc}\n{handle.log_text()[-3000:]}") from None
-    return handle
+    for attempt in range(1, START_ATTEMPTS + 1):
+        # The bootstrap listener and the per-broker listeners (by default listen
+        # port + 1 + node id) come from one run of free ports.
+        listen_port = free_port_block(host)
+        admin_port = free_port(host) if admin else None
+        cmd = [sys.executable, "-m", "kproxy", "run", "--upstream", upstream, "--listen", f"{host}:{listen_port}"]
+        cmd += ["--admin", f"{admin_bind or host}:{admin_port}"] if admin else ["--no-admin"]
+        cmd += list(extra_args)
+        logged = log_path.stat().st_size if log_path is not None and log_path.exists() else 0
+        proc = spawn(cmd, log_path, env=dict(os.environ))
+        handle = ProxyProcess(listen_port, admin_port, proc, log_path, host)
+        try:
+            wait_for_port(host, listen_port, startup_timeout, proc)
+            if admin_port:
+                wait_for_port(host, admin_port, startup_timeout, proc)
+            if proc.poll() is not None:  # what answered was another process on the port it could not bind
+                raise BrokerError(f"the process exited with status {proc.returncode}")
+        except BrokerError as exc:
+            handle.stop(signal.SIGKILL)
+            said = log_path.read_bytes()[logged:].decode(errors="replace") if log_path is not None else ""
+            if "Address already in use" in said and attempt < START_ATTEMPTS:
+                continue
+            raise RuntimeError(f"kproxy did not start: {exc}\n{said[-3000:]}") from None
+        return handle
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 @contextlib.contextmanager

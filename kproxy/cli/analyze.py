@@ -77,6 +77,7 @@ class _HistoryCheckBeside:
 
         self._history = history
         self._ended = threading.Event()
+        self._canceller: threading.Thread | None = None
         # spawn: the analysis's threads (py4j's, Spark's) must not be forked mid-flight.
         self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         self._problem = self._pool.submit(_unreadable_history, history)
@@ -85,6 +86,8 @@ class _HistoryCheckBeside:
     def problem(self) -> str | None:
         """What the check found (waiting for it); the analysis has ended."""
         self._ended.set()
+        if self._canceller is not None:
+            self._canceller.join()  # no cancellation after this: the session may serve others (tests, callers)
         try:
             return self._problem.result()
         except Exception:  # noqa: BLE001 - its process died (killed, out of memory): check here instead
@@ -97,7 +100,8 @@ class _HistoryCheckBeside:
             return
         import threading
 
-        threading.Thread(target=self._cancel_spark_jobs, name="history-check-cancel", daemon=True).start()
+        self._canceller = threading.Thread(target=self._cancel_spark_jobs, name="history-check-cancel", daemon=True)
+        self._canceller.start()
 
     def _cancel_spark_jobs(self) -> None:
         from pyspark import SparkContext
