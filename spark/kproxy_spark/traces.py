@@ -92,15 +92,52 @@ _SOURCE = "_trace_file"
 _SEGMENT_BYTES_PER_TASK = 16 * 1024 * 1024
 
 
-class _LocalSides:
+#: Side-file regions a reader keeps decoded: a Produce response points at its request's region, a few
+#: events later (kproxy.obs.trace_records.ProduceResponseRecords), and is read from it, not decoded again.
+_DECODED_REGIONS = 1024
+
+
+class _Sides:
+    """Side files as a trace's partitions reference them (`read` and `where` by the subclass), and the
+    records of each region, each region decoded once."""
+
+    def __init__(self) -> None:
+        self._decoded: dict[tuple[str, int, int], list | None] = {}
+
+    def where(self, name: str) -> str:
+        raise NotImplementedError
+
+    def read(self, name: str, offset: int, length: int) -> bytes:
+        raise NotImplementedError
+
+    def records(self, part: dict, api, direction, source: str):  # noqa: ANN001, ANN201
+        """The `records` of a partition that points into a side file (record_views.side_records)."""
+        from kproxy.protocol.record_views import side_batch_records, side_batches
+
+        region = name, offset, length = part["records_file"], part["records_offset"], part["records_length"]
+        if region in self._decoded:
+            batches = self._decoded[region]
+        else:
+            raw = self.read(name, offset, length)
+            if len(raw) != length:
+                raise ValueError(f"{self.where(name)}: {length} bytes at offset {offset} referenced by {source}, "
+                                 f"only {len(raw)} there")
+            batches = side_batches(raw, api, direction, part)
+            if len(self._decoded) >= _DECODED_REGIONS:
+                self._decoded.clear()
+            self._decoded[region] = batches
+        return side_batch_records(batches, api, direction, part)
+
+
+class _LocalSides(_Sides):
     """The side files of one local trace directory, opened by name as they are referenced and kept
     open until `close` (a segment points into its side file hundreds of times: an open and a close
     per read cost a sixth of decoding it)."""
 
     def __init__(self, directory: Path) -> None:
+        super().__init__()
         self.directory = directory
         self._open: dict[str, int] = {}
-        self.decoded: dict = {}  # _side_records' regions
 
     def where(self, name: str) -> str:
         return str(self.directory / name)
@@ -123,12 +160,12 @@ class _LocalSides:
         self.close()
 
 
-class _LoadedSides:
+class _LoadedSides(_Sides):
     """The side files of one remote trace file, read whole by Spark in the same task (load_remote_traces)."""
 
     def __init__(self, directory: str, contents: dict[str, bytes]) -> None:
+        super().__init__()
         self.directory, self.contents = directory, contents
-        self.decoded: dict = {}  # _side_records' regions
 
     def where(self, name: str) -> str:
         return f"{self.directory}/{name}"
@@ -142,7 +179,7 @@ class _LoadedSides:
         return content[offset : offset + length]
 
 
-def _partitions_with_records(text: bytes, api, direction, sides, source: str) -> tuple[bytes, bool]:
+def _partitions_with_records(text: bytes, api, direction, sides: _Sides, source: str) -> tuple[bytes, bool]:
     """A partitions text with `records` decoded from the side file where it points at one, and whether
     it is a Fetch response's that carries no record at all (nothing to read but offsets and entries)."""
     import orjson
@@ -153,34 +190,11 @@ def _partitions_with_records(text: bytes, api, direction, sides, source: str) ->
     decoded = False
     for part in parts:
         if part.get("records_file") and part.get("records") is None:
-            part["records"] = _side_records(part, api, direction, sides, source)
+            part["records"] = sides.records(part, api, direction, source)
             decoded = True
     empty = api == "fetch" and direction == "response" and not any(
         part.get("records") or part.get("batches") or part.get("records_file") for part in parts)
     return (orjson.dumps(parts, default=json_default) if decoded else text), empty
-
-
-#: Side-file regions a reader keeps decoded: a Produce response points at its request's region, a few
-#: events later (kproxy.obs.trace_records.ProduceResponseRecords), and is read from it, not decoded again.
-_DECODED_REGIONS = 1024
-
-
-def _side_records(part: dict, api, direction, sides, source: str):
-    from kproxy.protocol.record_views import side_batch_records, side_batches
-
-    region = name, offset, length = part["records_file"], part["records_offset"], part["records_length"]
-    if region in sides.decoded:
-        batches = sides.decoded[region]
-    else:
-        raw = sides.read(name, offset, length)
-        if len(raw) != length:
-            raise ValueError(f"{sides.where(name)}: {length} bytes at offset {offset} referenced by {source}, "
-                             f"only {len(raw)} there")
-        batches = side_batches(raw, api, direction, part)
-        if len(sides.decoded) >= _DECODED_REGIONS:
-            sides.decoded.clear()
-        sides.decoded[region] = batches
-    return side_batch_records(batches, api, direction, part)
 
 
 def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None, sides=None) -> None:
@@ -403,7 +417,7 @@ def _decode_side_partitions(partitions, source, api, direction):  # noqa: ANN001
         for row in partitions:
             part = row.asDict(recursive=True)
             if part.get("records_file") and part.get("records") is None:
-                part["records"] = _side_records(part, api, direction, sides, source)
+                part["records"] = sides.records(part, api, direction, source)
             out.append(part)
     return out
 
