@@ -50,6 +50,15 @@ def payload_text(data: bytes | None) -> str | None:
         return "b64:" + base64.b64encode(data).decode("ascii")
 
 
+def payload_bytes(text: str | None) -> bytes | None:
+    """The bytes of a key or value's trace text (the inverse of payload_text)."""
+    if text is None:
+        return None
+    if text.startswith("b64:"):
+        return base64.b64decode(text[4:])
+    return text.encode("utf-8")
+
+
 def topic_text(topic: Any, topic_names: TopicNames | None = None) -> str:
     """The topic of a kio topic entry: its name, or its id mapped to a name, or the id as text."""
     name = getattr(topic, "name", None) or getattr(topic, "topic", None)

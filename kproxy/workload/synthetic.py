@@ -600,6 +600,8 @@ def generate(ops: int, out: Path, traces: Path | None = None, seed: int = 0, pro
                               processes=processes, keys=keys, writes_per_key=writes_per_key)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     history = Output(args.out)
+    if trace_format not in TRACE_FORMATS:
+        raise ValueError(f"trace_format must be one of {', '.join(TRACE_FORMATS)}, not {trace_format!r}")
     trace_out: Output | SegmentOutput | None = None
     if args.traces is not None:
         args.traces.mkdir(parents=True, exist_ok=True)
@@ -607,10 +609,8 @@ def generate(ops: int, out: Path, traces: Path | None = None, seed: int = 0, pro
             old.unlink()  # a rerun must not mix two generations of the same trace
         if trace_format == "segments":
             trace_out = SegmentOutput(args.traces, PROXY_ID, ROTATE_BYTES)
-        elif trace_format == "jsonl":
-            trace_out = Output(args.traces, rotate=True)
         else:
-            raise ValueError(f"trace_format must be one of {', '.join(TRACE_FORMATS)}, not {trace_format!r}")
+            trace_out = Output(args.traces, rotate=True)
     generator = Generator(args, history, Trace(trace_out))
     generator.run(progress)
     history.close()

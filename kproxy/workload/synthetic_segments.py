@@ -20,7 +20,6 @@ regions are not stored once (the generated ones are far below the proxy's
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 
 from kproxy.obs.trace_records import SIDE_FIELDS
@@ -28,20 +27,12 @@ from kproxy.obs.trace_schema import EVENT
 from kproxy.obs.trace_segments import SUFFIX as SEGMENT_SUFFIX
 from kproxy.obs.trace_segments import encode_segment, file_header
 from kproxy.protocol.batch_scan import scan_batches
+from kproxy.protocol.record_views import payload_bytes
 from kproxy.protocol.records import NO_SEQUENCE, Record, encode_batch, make_batch
 
 FIELDS = tuple(f.name for f in EVENT)
 #: Events per segment: what the proxy's writer flushes at most in one batch.
 EVENTS_PER_SEGMENT = 512
-
-
-def _payload(text: str | None) -> bytes | None:
-    """A key or value's bytes from its trace text (the inverse of record_views.payload_text)."""
-    if text is None:
-        return None
-    if text.startswith("b64:"):
-        return base64.b64decode(text[4:])
-    return text.encode("utf-8")
 
 
 def _continues(prev: dict, rec: dict) -> bool:
@@ -67,7 +58,7 @@ def encode_records(records: list[dict]) -> bytes:
         first = run[0]
         base = first["offset"] if first["offset"] is not None else 0
         batch = make_batch(
-            [Record(base + i, 0, _payload(r["key"]), _payload(r["value"])) for i, r in enumerate(run)],
+            [Record(base + i, 0, payload_bytes(r["key"]), payload_bytes(r["value"])) for i, r in enumerate(run)],
             producer_id=first["producer_id"] if first["producer_id"] is not None else -1,
             producer_epoch=first["producer_epoch"] if first["producer_epoch"] is not None else -1,
             base_sequence=first["sequence"] if first["sequence"] is not None and first["sequence"] >= 0
