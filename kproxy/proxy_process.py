@@ -95,7 +95,8 @@ def start_proxy(
     which it opens after its listeners; without one, a listen port another
     process answers on passes for the proxy's.
     """
-    for attempt in range(1, START_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         # The bootstrap listener and the per-broker listeners (by default listen
         # port + 1 + node id) come from one run of free ports.
         listen_port = free_port_block(host)
@@ -116,10 +117,10 @@ def start_proxy(
             handle.stop(signal.SIGKILL)
             said = log_path.read_bytes()[logged:].decode(errors="replace") if log_path is not None else ""
             if "Address already in use" in said and attempt < START_ATTEMPTS:
+                attempt += 1
                 continue
             raise RuntimeError(f"kproxy did not start: {exc}\n{said[-3000:]}") from None
         return handle
-    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 @contextlib.contextmanager

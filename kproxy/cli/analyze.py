@@ -223,9 +223,10 @@ def analyze(history: str | None, traces: str | None, out: str, master: str, remo
         click.echo("error: give --history, --traces, or both (--traces alone derives the history from the wire)",
                    err=True)
         sys.exit(EXIT_USAGE)
-    engine_asked = use_engine and master == "local[*]" and remote is None and not spark_conf
+    from kproxy.engine.client import analyze_if_running
     from kproxy.engine.client import status as engine_status
 
+    engine_asked = use_engine and master == "local[*]" and remote is None and not spark_conf
     # The warm engine writes its own report: a history it reads is checked first, as any small one.
     beside = _checked_beside(history) and not (engine_asked and engine_status() is not None)
     problem = _unreadable_history(history) if history is not None and not beside else None
@@ -239,7 +240,6 @@ def analyze(history: str | None, traces: str | None, out: str, master: str, remo
         click.echo(f"error: the analysis dependencies do not import: {exc}; reinstall them: "
                    f"pip install --force-reinstall 'kproxy[analysis]'", err=True)
         sys.exit(EXIT_USAGE)
-    from kproxy.engine.client import analyze_if_running
 
     check = None
     try:
