@@ -234,3 +234,53 @@ def test_export_reads_a_sigkilled_proxys_segments_up_to_the_last_complete_segmen
     trace_file.write_bytes(bytes(damaged))
     result = CliRunner().invoke(main, ["trace", "export", str(traces)])
     assert result.exit_code == 1 and f"{trace_file.name}:{segments[1][0] - 12}: segment checksum mismatch" in result.output
+
+
+def _decoded_rows(segment: bytes) -> list[list]:
+    from kproxy.obs.trace_segments import COLUMNS, decode_payload
+
+    n, cols = decode_payload(memoryview(segment)[12:], COLUMNS)
+    kinds = [kind for _, kind in COLUMNS]
+    cols = [[None if c is None else orjson.loads(c) for c in col] if kind == "json" else col
+            for col, kind in zip(cols, kinds)]
+    return [list(row) for row in zip(*cols)]
+
+
+@pytest.mark.parametrize("shape", ["constant", "one differs", "nulls and empties", "one error list", "all null"])
+def test_columns_of_one_value_nulls_and_empty_lists_read_back_as_written(shape: str) -> None:
+    """The encoder's shortcuts (a value in every row, every cell null, only empty lists) change bytes, not cells."""
+    from kproxy.obs.trace_segments import COLUMNS
+
+    def row(i: int) -> list:
+        event = filled(header_event(0, correlation_id=7, size=120, error_codes=[]))
+        if shape == "one differs" and i == 3:
+            event |= {"correlation_id": 8, "client_id": "other", "size": 121, "wall_time": 2.5}
+        if shape == "nulls and empties":
+            event["error_codes"] = None if i % 2 else []
+            event["producer_id"] = None if i % 3 else 4000
+        if shape == "one error list" and i == 5:
+            event["error_codes"] = [47]
+        if shape == "all null":
+            event = {name: None for name in FIELD_NAMES} | {"schema_version": SCHEMA_VERSION}
+        return [event[name] for name, _ in COLUMNS]
+
+    rows = [row(i) for i in range(9)]
+    assert _decoded_rows(encode_segment(rows)) == [
+        [bool(c) if kind == "boolean" and c is not None else c for c, (_, kind) in zip(r, COLUMNS)] for r in rows
+    ]
+
+
+def test_a_cell_of_the_wrong_kind_is_still_refused_in_a_column_of_one_value() -> None:
+    from kproxy.obs.trace_segments import COLUMNS
+
+    names = [name for name, _ in COLUMNS]
+    rows = [[None] * len(COLUMNS) for _ in range(4)]
+    for r in rows:
+        r[names.index("correlation_id")] = "not a number"
+    with pytest.raises(TypeError):
+        encode_segment(rows)
+    rows[0][names.index("correlation_id")] = 1.5  # a float in an int column, with nulls beside it
+    for r in rows[1:]:
+        r[names.index("correlation_id")] = None
+    with pytest.raises(TypeError):
+        encode_segment(rows)

@@ -263,6 +263,31 @@ async def test_the_writer_works_when_the_loop_is_idle_and_lets_it_run_between_st
     assert max(gaps) < 0.002
 
 
+async def test_steady_traffic_is_written_in_batches_of_a_flush_interval_not_of_a_few_events(tmp_path: Path) -> None:
+    """Events offered while a batch is written start the next batch, due a flush interval later.
+
+    The writer used to keep the written batch's due time while traffic went
+    on and wrote a segment each time its queue ran dry, each paying a whole
+    segment's per-column cost: here 16 segments where 8 are due; under a
+    proxy's load, segments of 20 events instead of 100."""
+    writer = TraceWriter(tmp_path, proxy_id="steady", flush_interval=0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        started = trio.current_time()
+        i = 0
+        while trio.current_time() - started < 0.6:
+            writer.offer(header_event(i))
+            i += 1
+            await trio.sleep(0.001)
+        await writer.aclose()
+    (path,) = trace_files(tmp_path)
+    segments = len(SegmentFile(path).segments)
+    assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == list(range(i))
+    # 0.6 s of events, a batch due 75 ms after its first event: about 8 segments (a loaded
+    # machine stretches the run, not the count).
+    assert segments <= 12, (segments, i)
+
+
 # ---- rotation ----------------------------------------------------------------
 
 

@@ -126,15 +126,18 @@ def _json_cell(value: Any, dumps: Any = orjson.dumps) -> bytes | None:
         return dumps(value, default=json_default)
 
 
-def _dictionary_block(out: list[bytes], tag: bytes, entries: dict, texts: list[bytes], cells: list) -> None:
+def _dictionary_block(out: list[bytes], tag: bytes, entries: dict, texts: list[bytes], cells: Sequence) -> None:
     """A dictionary-encoded block: `tag`, the entries' count, lengths and `texts`,
     then one int32 code per cell (its entry's index; -1 for None)."""
-    index = {value: i for i, value in enumerate(entries)}
-    index[None] = -1
     out.append(tag)
     out.append(_U32.pack(len(texts)))
     out.append(array("I", map(len, texts)).tobytes())
     out.append(b"".join(texts))
+    if len(entries) == 1 and None not in cells:
+        out.append(bytes(4 * len(cells)))  # every code 0: one text (a proxy id, an outcome) in every row
+        return
+    index = {value: i for i, value in enumerate(entries)}
+    index[None] = -1
     out.append(array("i", map(index.__getitem__, cells)).tobytes())
 
 
@@ -147,17 +150,22 @@ def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> Iterator[None]:
     # Each branch does C-level passes over the column (array(), map(),
     # dict.fromkeys()); Python-level work per cell only where it must.
     if kind == "string":
+        if cells.count(None) == len(cells):  # by identity, in C: cheaper than hashing every cell
+            out.append(b"\x00")
+            return
         entries = dict.fromkeys(cells)
-        if None in entries:
-            if len(entries) == 1:
-                out.append(b"\x00")
-                return
-            del entries[None]
+        entries.pop(None, None)
         _dictionary_block(out, b"\x01", entries, [_text(value) for value in entries], cells)
         return
     if kind == "json":
-        if cells.count(None) == len(cells):
+        nulls = cells.count(None)
+        if nulls == len(cells):
             out.append(b"\x00")
+            return
+        if nulls + cells.count([]) == len(cells):
+            # Only empty lists besides nulls (the error codes of a batch of
+            # answers without errors): one dictionary entry, no text per cell.
+            _dictionary_block(out, b"\x03", {b"[]": None}, [b"[]"], [None if c is None else b"[]" for c in cells])
             return
         # Serialising the cells is the one long pass of a segment (the
         # partitions of a `records` event): done in pieces.
@@ -180,21 +188,24 @@ def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> Iterator[None]:
         out.append(b"".join([b for b in blobs if b is not None]))
         return
     code = _TYPECODE[kind]
-    try:
-        values = array(code, cells)
-    except TypeError:
-        if any(c is not None and type(c) is not bool and not isinstance(c, (int, float)) for c in cells):
-            raise
-        nulls = cells.count(None)
-        if nulls == len(cells):
-            out.append(b"\x00")
-            return
-        out.append(b"\x02")
-        out.append(bytes([c is not None for c in cells]))
-        out.append(array(code, [0 if c is None else c for c in cells]).tobytes())
+    nulls = cells.count(None)
+    if not nulls:
+        out.append(b"\x01")
+        first = cells[0]
+        if cells.count(first) == len(cells):
+            # One value in every row (the schema version, an API's key and
+            # version, a broker id): repeated in C, not converted per cell.
+            out.append((array(code, (first,)) * len(cells)).tobytes())
+        else:
+            out.append(array(code, cells).tobytes())
         return
-    out.append(b"\x01")
-    out.append(values.tobytes())
+    if nulls == len(cells):
+        out.append(b"\x00")
+        return
+    # array() itself refuses a cell that is not a number of the column's kind (TypeError).
+    out.append(b"\x02")
+    out.append(bytes([c is not None for c in cells]))
+    out.append(array(code, [0 if c is None else c for c in cells]).tobytes())
 
 
 def encode_segment_steps(

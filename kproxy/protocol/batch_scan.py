@@ -293,30 +293,53 @@ def produce_response_partitions(
 ) -> list[dict[str, Any]]:
     """topic, partition, error_code, base_offset, log_start_offset of a whole Produce response frame (prefix included)."""
     try:
-        return _produce_response_partitions(version, frame, topic_names)
+        return _produce_response_partitions(version, frame, topic_names, False)
+    except (IndexError, struct.error):
+        raise ScanError("past the end of the frame") from None
+
+
+def produce_response_error_codes(version: int, frame: bytes | memoryview) -> list[int]:
+    """The distinct non-zero error codes of a whole Produce response frame, in order of first appearance.
+
+    The same walk as produce_response_partitions without building a partition:
+    the trace at level `headers` wants only these, for every Produce response.
+    """
+    try:
+        return _produce_response_partitions(version, frame, None, True)
     except (IndexError, struct.error):
         raise ScanError("past the end of the frame") from None
 
 
 def _produce_response_partitions(
-    version: int, data: bytes | memoryview, topic_names: Mapping[uuid.UUID, str] | None
-) -> list[dict[str, Any]]:
+    version: int, data: bytes | memoryview, topic_names: Mapping[uuid.UUID, str] | None, codes_only: bool
+) -> list[Any]:
+    # The common cases read inline (a one-byte compact length, no tagged
+    # fields): this runs for every Produce response a tracing proxy forwards.
     flexible = version >= PRODUCE_FLEXIBLE_FROM
     by_id = version >= PRODUCE_TOPIC_ID_FROM
     pos = 8
     if flexible:
-        pos = _skip_tagged(data, pos)
-    out = []
+        pos = pos + 1 if data[pos] == 0 else _skip_tagged(data, pos)
+    out: list[Any] = []
     topics, pos = _length(data, pos, flexible, _I32)
     for _ in range(max(0, topics)):
-        topic, pos = _topic_at(data, pos, by_id, flexible, topic_names)
+        if codes_only:
+            if by_id:
+                pos += 16
+            else:
+                n, pos = _length(data, pos, flexible, _I16)
+                pos += max(n, 0)
+            topic = ""
+        else:
+            topic, pos = _topic_at(data, pos, by_id, flexible, topic_names)
         partitions, pos = _length(data, pos, flexible, _I32)
         for _ in range(max(0, partitions)):
             index, error_code, base_offset = _PARTITION_RESPONSE(data, pos)
             pos += 22  # index, error code, base offset, log append time
             log_start = None
             if version >= 5:
-                log_start = _I64(data, pos)[0]
+                if not codes_only:
+                    log_start = _I64(data, pos)[0]
                 pos += 8
             if version >= 8:
                 errors, pos = _length(data, pos, flexible, _I32)
@@ -328,13 +351,17 @@ def _produce_response_partitions(
                 n, pos = _length(data, pos, flexible, _I16)  # error message
                 pos += max(n, 0)
             if flexible:
-                pos = _skip_tagged(data, pos)
-            out.append(
-                {"topic": topic, "partition": index, "error_code": error_code, "base_offset": base_offset,
-                 "log_start_offset": log_start}
-            )
+                pos = pos + 1 if data[pos] == 0 else _skip_tagged(data, pos)
+            if codes_only:
+                if error_code and error_code not in out:
+                    out.append(error_code)
+            else:
+                out.append(
+                    {"topic": topic, "partition": index, "error_code": error_code, "base_offset": base_offset,
+                     "log_start_offset": log_start}
+                )
         if flexible:
-            pos = _skip_tagged(data, pos)
+            pos = pos + 1 if data[pos] == 0 else _skip_tagged(data, pos)
     if pos > len(data):
         raise ScanError("past the end of the frame")
     return out

@@ -198,15 +198,9 @@ def produce_error_codes(version: int, frame: bytes) -> list[int] | None:
     None when the frame does not follow the schema; the caller then decodes it.
     """
     try:
-        partitions = batch_scan.produce_response_partitions(version, frame)
+        return batch_scan.produce_response_error_codes(version, frame)
     except batch_scan.ScanError:
         return None
-    codes: list[int] = []
-    for partition in partitions:
-        code = partition["error_code"]
-        if code and code not in codes:
-            codes.append(code)
-    return codes
 
 
 def response_error_codes(api_key: int, api_version: int, frame: bytes) -> list[int]:
