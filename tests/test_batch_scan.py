@@ -28,7 +28,9 @@ class SideFile:
     def __init__(self) -> None:
         self.data = bytearray()
 
-    def store(self, raw: memoryview, key: tuple | None = None) -> tuple[str, int]:
+    def store(self, raw: memoryview | None, key: tuple | None = None) -> tuple[str, int]:
+        if raw is None:
+            return "side.records", -1
         offset = len(self.data)
         self.data += raw
         return "side.records", offset

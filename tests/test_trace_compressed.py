@@ -29,12 +29,15 @@ def event(i: int) -> dict:
 
 
 async def write_rotated(directory: Path, proxy_id: str, first: int, count: int) -> None:
-    writer = TraceWriter(directory, proxy_id=proxy_id, fmt="jsonl", rotate_bytes=2_000)
+    writer = TraceWriter(directory, proxy_id=proxy_id, fmt="jsonl", rotate_bytes=2_000, flush_interval=0.005)
     async with trio.open_nursery() as nursery:
         await nursery.start(writer.run)
         for i in range(first, first + count):
             if not writer.offer(event(i)):
                 await writer.put(event(i))
+            if i % 5 == 4:  # files rotate between batches: a few events each
+                while writer._queue or writer._batch:
+                    await trio.sleep(0.001)
         await writer.aclose()
 
 

@@ -72,3 +72,50 @@ async def test_frames_in_pooled_buffers_read_back_whole(tmp_path: Path) -> None:
         (record,) = part["records"]
         assert record["value"] == chr(65 + i % 26) * size
     assert pool.kept_bytes > 0  # buffers came back and were used again
+
+
+async def test_every_event_points_only_into_its_own_trace_files_side_file(tmp_path: Path) -> None:
+    """Rotation happens between batches, never inside one, and a Produce response written after a
+    rotation does not point into the side file of its request's trace file: each trace file can be
+    read (or moved, or deleted) with its own side file alone, as a remote analysis reads it."""
+    from kproxy.obs.trace_files import iter_file_events, trace_files
+    from kproxy.obs.trace_records import ProduceResponseRecords
+    from kproxy.protocol.codec import encode_response
+    from tests.test_response_faults import produce_response
+
+    writer = TraceWriter(tmp_path, proxy_id="own", level="records", rotate_bytes=150_000)
+    sizes = [(i * 7919) % 40_000 + 10 for i in range(60)]
+    pending: list = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for i, size in enumerate(sizes):
+            encoded = _frame(i, size)
+            header = parse_request_header(encoded, 4)
+            raw = ProduceRequestRecords(9, encoded, body_start(encoded, 4, header), None, writer.raw_ledger)
+            events = [header_event(2 * i) | {"api": "produce", "direction": "request", "partitions": raw}]
+            pending.append((i, raw))
+            if i % 3 == 2:  # answers come a few requests later: some after their request's file rotated
+                for j, answered in pending:
+                    response = encode_response(produce_response(9, {"orders": [(0, 0, 100 + j)]}), j)
+                    events.append(header_event(2 * j + 1) | {"api": "produce", "direction": "response",
+                                                             "partitions": ProduceResponseRecords(answered, 9, response)})
+                pending = []
+            for event in events:
+                if not writer.offer(event):
+                    await writer.put(event)
+            if i % 5 == 4:
+                await trio.sleep(writer.flush_interval)
+        await writer.aclose()
+    files = trace_files(tmp_path)
+    assert len(files) >= 4
+    pointers = 0
+    for path in files:
+        for event in iter_file_events(path):
+            for part in event["partitions"] or ():
+                if part.get("records_file"):
+                    pointers += 1
+                    assert part["records_file"] == path.with_suffix(".records").name, (path.name, event["direction"])
+    assert pointers >= len(sizes)
+    # Every response still reads back with its request's records where they share a file.
+    events = list(iter_trace_events(tmp_path))
+    assert sorted(e["correlation_id"] for e in events) == list(range(2 * len(sizes)))

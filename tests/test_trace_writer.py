@@ -292,16 +292,24 @@ async def test_steady_traffic_is_written_in_batches_of_a_flush_interval_not_of_a
 
 
 async def test_rotation_by_size_keeps_every_event_in_order(tmp_path: Path) -> None:
+    """A file rotates after the batch that filled it: it passes rotate_bytes by less than one batch."""
     events = [header_event(i) for i in range(300)]
     line_size = max(len(orjson.dumps(e | {"schema_version": 1, "proxy_id": "sz"})) + 1 for e in events)
-    writer = TraceWriter(tmp_path, fmt="jsonl", proxy_id="sz", rotate_bytes=10 * line_size)
-    await write_all(writer, events)
+    writer = TraceWriter(tmp_path, fmt="jsonl", proxy_id="sz", rotate_bytes=10 * line_size, flush_interval=0.005)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        for start in range(0, len(events), 3):  # batches of at most three events
+            for event in events[start : start + 3]:
+                await hand_over(writer, event)
+            while writer._queue or writer._batch:
+                await trio.sleep(0.001)
+        await writer.aclose()
 
     files = trace_files(tmp_path)
     assert len(files) >= 25
     assert files == writer.files
     for path in files:
-        assert path.stat().st_size <= 11 * line_size
+        assert path.stat().st_size < 13 * line_size
     assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == list(range(300))
 
 

@@ -427,7 +427,8 @@ class TraceWriter:
                     continue
                 if self._stopping:
                     return
-                self._sink.rotate_if_old()
+                if not self._unwritten():  # composed events point into this file's side file
+                    self._sink.rotate_if_old()
                 # Wait for the next batch's due time (offer() sets it when its
                 # first event comes), the pending batch's, or the file's
                 # rotation; not on a poll: on these machines every wake of the

@@ -28,7 +28,8 @@ from kproxy.protocol import apis, batch_scan, codec, record_views, request_peek
 log = logging.getLogger(__name__)
 
 PARTITION_KEYS = tuple(f.name for f in PARTITION)
-Store = Callable[..., tuple[str, int]]  # (raw bytes, key=None) -> (side file name, offset)
+# (raw bytes, key=None) -> (side file name, offset); (None) -> (the side file bytes go to now, -1)
+Store = Callable[..., tuple[str, int]]
 # Fetch regions at least this large are stored once per side file: a consumer
 # that reads a partition again (another group, a rewind, a retried fetch) is
 # served the same batches at the same offsets. Smaller ones are not worth the hash.
@@ -253,9 +254,12 @@ class ProduceResponseRecords(RawPartitions):
         sent = {}
         if self.request is not None:
             sent = {(p["topic"], p["partition"]): p for p in self.request.resolve(store) or ()}
+        side_now, _ = store(None)
         for view in parts:
             request = sent.get((view["topic"], view["partition"]))
-            if request is not None:
+            # A request whose file rotated before its answer came keeps its records; the answer
+            # does not point into another file's side file (docs/traces.md), so its records stay null.
+            if request is not None and request["records_file"] in (None, side_now):
                 for key in SIDE_FIELDS:
                     view[key] = request[key]
         return parts

@@ -114,13 +114,23 @@ class Sink:
             self.close()
 
     def ensure_open(self) -> None:
-        if self.path is not None and (
-            self.size + self.side_size + self._side_pending_size >= self.rotate_bytes
-            or time.monotonic() - self.opened_mono >= self.rotate_seconds
-        ):
-            self.close()
+        """A file to write into: the open one, or a new one.
+
+        Files rotate only between batches (`commit`): a batch's events and the
+        side bytes they point at always share one file, so each trace file is
+        read (or moved, or deleted) with its own side file alone.
+        """
         if self.path is None:
             self._open()
+
+    def commit(self, payload: Any) -> None:
+        """Write an encoded batch after the side bytes its events point at; then rotate a full or old file."""
+        self.ensure_open()
+        self.flush_side()
+        self._write(payload)
+        if (self.size + self.side_size >= self.rotate_bytes
+                or time.monotonic() - self.opened_mono >= self.rotate_seconds):
+            self.close()
 
     def close(self) -> None:
         if self.path is not None:
@@ -134,12 +144,16 @@ class Sink:
             self.ops.submit(self._io_close_file, on_loop=False)
             self.path = None
 
-    def store_raw(self, data: memoryview, key: tuple | None = None) -> tuple[str, int]:
+    def store_raw(self, data: memoryview | None, key: tuple | None = None) -> tuple[str, int]:
         """Queue raw record batches for the side file; returns (file name, offset) they will have.
 
         With a key, bytes the open side file already holds under it are not written again.
+        With None, stores nothing and returns (the name of the side file bytes go to now, -1).
         """
         self.ensure_open()
+        if data is None:
+            assert self.path is not None
+            return self.path.with_suffix(".records").name, -1
         if key is not None:
             known = self._side_index.get(key)
             if known is not None:
@@ -184,8 +198,8 @@ class Sink:
         """Encode a batch in steps; returns (payload for `commit`, events kept)."""
         raise NotImplementedError
 
-    def commit(self, payload: Any) -> None:
-        """Write an encoded batch (after its side bytes)."""
+    def _write(self, payload: Any) -> None:
+        """Hand an encoded batch to the file thread (commit has opened the file and written its side bytes)."""
         raise NotImplementedError
 
     def _open_file(self, path: Path) -> None:
@@ -266,25 +280,10 @@ class JsonlSink(Sink):
                 yield
         return lines, len(lines)
 
-    def commit(self, payload: list[bytes]) -> None:
-        # A batch may cross rotate_bytes: the lines past it go to the next file.
-        chunk: list[bytes] = []
-        chunk_size = 0
-        for line in payload:
-            if not chunk:
-                self.ensure_open()
-            chunk.append(line)
-            chunk_size += len(line)
-            if self.size + chunk_size >= self.rotate_bytes:
-                self._write_chunk(chunk, chunk_size)
-                chunk, chunk_size = [], 0
-        if chunk:
-            self._write_chunk(chunk, chunk_size)
-
-    def _write_chunk(self, chunk: list[bytes], size: int) -> None:
-        self.flush_side()
-        self.ops.submit(self._io_write, b"".join(chunk), nbytes=size)
-        self.size += size
+    def _write(self, payload: list[bytes]) -> None:
+        data = b"".join(payload)
+        self.ops.submit(self._io_write, data, nbytes=len(data))
+        self.size += len(data)
 
 
 class SegmentSink(Sink):
@@ -305,11 +304,8 @@ class SegmentSink(Sink):
     def encode_steps(self, events: list[list]) -> Generator[None, None, tuple[bytes, int]]:
         return encode_rows_checked_steps(events)
 
-    def commit(self, payload: bytes) -> None:
-        # One segment per batch (up to the writer's batch bound): a file may
-        # pass rotate_bytes by one segment before it rotates.
-        self.ensure_open()
-        self.flush_side()
+    def _write(self, payload: bytes) -> None:
+        # One segment per batch (up to the writer's batch bound).
         self.ops.submit(self._io_write, payload, nbytes=len(payload))
         self.size += len(payload)
 
@@ -344,9 +340,7 @@ class ParquetSink(Sink):
         yield
         return table, 0 if table is None else table.num_rows
 
-    def commit(self, payload: Any) -> None:
-        self.ensure_open()
-        self.flush_side()
+    def _write(self, payload: Any) -> None:
         self.ops.submit(self._io_write_table, payload, nbytes=payload.nbytes, on_loop=False)  # encodes: not on the loop
 
     def _io_write_table(self, table: Any) -> None:
