@@ -143,52 +143,26 @@ def _dictionary_block(out: list[bytes], tag: bytes, entries: dict, texts: list[b
 
 # Cells of a JSON column serialised between two steps of encode_segment_steps.
 _JSON_CELLS_PER_STEP = 8
+# A batch this small (a lightly loaded proxy's, 100 ms of it) is encoded in
+# one step, about a step's work: stepping it paid a generator resumption and
+# a look at the loop per column, more than the columns themselves.
+_ROWS_ENCODED_AT_ONCE = 32
 
 
-def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> Iterator[None]:
-    """Append one column's block to `out`; yields between pieces of work (see encode_segment_steps)."""
+def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> None:
+    """Append one string or number column's block to `out` (JSON columns: _encode_json_column)."""
     # Each branch does C-level passes over the column (array(), map(),
     # dict.fromkeys()); Python-level work per cell only where it must.
+    nulls = cells.count(None)  # by identity, in C
+    if nulls == len(cells):
+        out.append(b"\x00")
+        return
     if kind == "string":
-        if cells.count(None) == len(cells):  # by identity, in C: cheaper than hashing every cell
-            out.append(b"\x00")
-            return
         entries = dict.fromkeys(cells)
         entries.pop(None, None)
         _dictionary_block(out, b"\x01", entries, [_text(value) for value in entries], cells)
         return
-    if kind == "json":
-        nulls = cells.count(None)
-        if nulls == len(cells):
-            out.append(b"\x00")
-            return
-        if nulls + cells.count([]) == len(cells):
-            # Only empty lists besides nulls (the error codes of a batch of
-            # answers without errors): one dictionary entry, no text per cell.
-            _dictionary_block(out, b"\x03", {b"[]": None}, [b"[]"], [None if c is None else b"[]" for c in cells])
-            return
-        # Serialising the cells is the one long pass of a segment (the
-        # partitions of a `records` event): done in pieces.
-        blobs: list[bytes | None] = []
-        entries: dict[bytes | None, None] = {}
-        for start in range(0, len(cells), _JSON_CELLS_PER_STEP):
-            chunk = list(map(_json_cell, cells[start : start + _JSON_CELLS_PER_STEP]))
-            blobs.extend(chunk)
-            entries.update(dict.fromkeys(chunk))  # hashing the texts is as long a pass as making them
-            yield
-        entries.pop(None, None)
-        if len(entries) < len(blobs) - blobs.count(None):
-            # Repeated texts (an idle consumer's Fetch responses within one
-            # flush batch: the same partitions, offsets and aborted lists)
-            # are stored once, as strings are.
-            _dictionary_block(out, b"\x03", entries, list(entries), blobs)
-            return
-        out.append(b"\x01")
-        out.append(array("i", [-1 if b is None else len(b) for b in blobs]).tobytes())
-        out.append(b"".join([b for b in blobs if b is not None]))
-        return
     code = _TYPECODE[kind]
-    nulls = cells.count(None)
     if not nulls:
         out.append(b"\x01")
         first = cells[0]
@@ -199,13 +173,42 @@ def _encode_column(kind: str, cells: tuple, out: list[bytes]) -> Iterator[None]:
         else:
             out.append(array(code, cells).tobytes())
         return
-    if nulls == len(cells):
-        out.append(b"\x00")
-        return
     # array() itself refuses a cell that is not a number of the column's kind (TypeError).
     out.append(b"\x02")
     out.append(bytes([c is not None for c in cells]))
     out.append(array(code, [0 if c is None else c for c in cells]).tobytes())
+
+
+def _encode_json_column(cells: tuple, out: list[bytes]) -> Iterator[None]:
+    """Append one JSON column's block to `out`; yields between pieces of its serialising."""
+    nulls = cells.count(None)
+    if nulls == len(cells):
+        out.append(b"\x00")
+        return
+    if nulls + cells.count([]) == len(cells):
+        # Only empty lists besides nulls (the error codes of a batch of
+        # answers without errors): one dictionary entry, no text per cell.
+        _dictionary_block(out, b"\x03", {b"[]": None}, [b"[]"], [None if c is None else b"[]" for c in cells])
+        return
+    # Serialising the cells is the one long pass of a segment (the
+    # partitions of a `records` event): done in pieces.
+    blobs: list[bytes | None] = []
+    entries: dict[bytes | None, None] = {}
+    for start in range(0, len(cells), _JSON_CELLS_PER_STEP):
+        chunk = list(map(_json_cell, cells[start : start + _JSON_CELLS_PER_STEP]))
+        blobs.extend(chunk)
+        entries.update(dict.fromkeys(chunk))  # hashing the texts is as long a pass as making them
+        yield
+    entries.pop(None, None)
+    if len(entries) < len(blobs) - blobs.count(None):
+        # Repeated texts (an idle consumer's Fetch responses within one
+        # flush batch: the same partitions, offsets and aborted lists)
+        # are stored once, as strings are.
+        _dictionary_block(out, b"\x03", entries, list(entries), blobs)
+        return
+    out.append(b"\x01")
+    out.append(array("i", [-1 if b is None else len(b) for b in blobs]).tobytes())
+    out.append(b"".join([b for b in blobs if b is not None]))
 
 
 def encode_segment_steps(
@@ -220,9 +223,16 @@ def encode_segment_steps(
     """
     out = [_U32.pack(len(rows))]
     if rows:
+        stepped = len(rows) > _ROWS_ENCODED_AT_ONCE
         for (_, kind), cells in zip(columns, zip(*rows), strict=True):
-            yield from _encode_column(kind, cells, out)
-            yield
+            if kind != "json":
+                _encode_column(kind, cells, out)
+            elif stepped:
+                yield from _encode_json_column(cells, out)
+            else:
+                run_steps(_encode_json_column(cells, out))
+            if stepped:
+                yield
     payload = b"".join(out)
     return _SEGMENT_HEAD.pack(SEGMENT_MAGIC, len(payload), zlib.crc32(payload)) + payload
 
