@@ -5,7 +5,8 @@ microseconds, and between two steps it must know that no request arrived
 meanwhile. trio's own answer, `wait_all_tasks_blocked(0)`, is a full pass of
 its scheduler and two task switches: about 16 µs on this project's machines,
 paid between every two steps, which made most of tracing's CPU at level
-`headers` (docs/performance.md, "The writer's turns").
+`headers` (docs/performance.md, "Tracing's CPU: the writer's turns, its batches and
+the bench's reading").
 
 `LoopIdleProbe.idle()` answers the same question in a few microseconds: trio's run
 queue is empty, no deadline has passed, and its epoll set holds nothing ready
