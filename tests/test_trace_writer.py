@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import subprocess
 import sys
@@ -242,20 +243,25 @@ async def test_the_writer_works_when_the_loop_is_idle_and_lets_it_run_between_st
             gaps.append(now - last)
             last = now
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(writer.run)
-        for i in range(2000):
-            writer.offer(header_event(i, partitions=[{"topic": "t", "partition": i % 7}]))
-        await busy(0.05)  # well inside flush_interval: nothing urgent, the writer waits
-        composed_while_busy.append(2000 - len(writer._queue))
-        gaps.clear()
-        # Past the deadline the writer works in steps between ours, until its queue is empty
-        # (a loaded machine gives it less of each second: wait up to 10 s for that).
-        deadline = time.perf_counter() + 10
-        while writer._queue and time.perf_counter() < deadline:
-            await busy(0.1)
-        assert not writer._queue
-        await writer.aclose()
+    # A collection of the test process's heap (pytest's, hypothesis') is no step of the writer's.
+    gc.disable()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            for i in range(2000):
+                writer.offer(header_event(i, partitions=[{"topic": "t", "partition": i % 7}]))
+            await busy(0.05)  # well inside flush_interval: nothing urgent, the writer waits
+            composed_while_busy.append(2000 - len(writer._queue))
+            gaps.clear()
+            # Past the deadline the writer works in steps between ours, until its queue is empty
+            # (a loaded machine gives it less of each second: wait up to 10 s for that).
+            deadline = time.perf_counter() + 10
+            while writer._queue and time.perf_counter() < deadline:
+                await busy(0.1)
+            assert not writer._queue
+            await writer.aclose()
+    finally:
+        gc.enable()
     assert composed_while_busy == [0]
     assert [e["correlation_id"] for e in iter_trace_events(tmp_path)] == list(range(2000))
     # All 2000 events took the writer tens of ms; none of its steps (composing,

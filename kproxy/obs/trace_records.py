@@ -178,6 +178,11 @@ class ProduceRequestRecords(RawPartitions):
         self._done = False
 
     def resolve(self, store: Store) -> list[dict[str, Any]] | None:
+        parts = self.resolved(store)
+        return None if parts is None else [dict(p) for p in parts]
+
+    def resolved(self, store: Store) -> list[dict[str, Any]] | None:
+        """The partitions, walked and stored on the first call; the writer's own, not to be changed."""
         if not self._done:
             self._done = True
             try:
@@ -193,7 +198,7 @@ class ProduceRequestRecords(RawPartitions):
                 self.partitions = parts
             self.frame = b""  # the bytes are in the side file now
             self._scanned()
-        return None if self.partitions is None else [dict(p) for p in self.partitions]
+        return self.partitions
 
     def _forget(self) -> None:
         self._done = True
@@ -253,7 +258,7 @@ class ProduceResponseRecords(RawPartitions):
             return None
         sent = {}
         if self.request is not None:
-            sent = {(p["topic"], p["partition"]): p for p in self.request.resolve(store) or ()}
+            sent = {(p["topic"], p["partition"]): p for p in self.request.resolved(store) or ()}
         side_now, _ = store(None)
         for view in parts:
             request = sent.get((view["topic"], view["partition"]))

@@ -70,7 +70,9 @@ class Sink:
         # `records`), appended and referenced by (name, offset, length) from
         # the events. Its bytes are always submitted before the segment that
         # references them, so a killed writer never leaves a dangling reference.
-        self._side_name = ""
+        self._side_name = ""  # the open side file's name; "" until the open trace file's first raw bytes
+        self._side_path: Path | None = None  # where that side file goes (set with each trace file)
+        self._side_path_name = ""
         self.side_size = 0
         self._side_pending: list[memoryview] = []
         self._side_pending_size = 0
@@ -97,6 +99,9 @@ class Sink:
         name = trace_file_name(self.proxy_id, time.time(), self.next_seq, self.fmt)
         self.next_seq += 1
         self.path = self.directory / name
+        # The side file beside it, opened with its first raw bytes; named once here (pathlib is slow per event).
+        self._side_path = self.path.with_suffix(".records")
+        self._side_path_name = self._side_path.name
         self.size = 0
         self.opened_mono = time.monotonic()
         self.files.append(self.path)
@@ -152,16 +157,15 @@ class Sink:
         """
         self.ensure_open()
         if data is None:
-            assert self.path is not None
-            return self.path.with_suffix(".records").name, -1
+            return self._side_path_name, -1
         if key is not None:
             known = self._side_index.get(key)
             if known is not None:
                 return known
         if not self._side_name:
-            assert self.path is not None
-            side = self.path.with_suffix(".records")
-            self._side_name = side.name
+            side = self._side_path
+            assert side is not None  # ensure_open named it
+            self._side_name = self._side_path_name
             self.side_files.append(side)
             self.ops.submit(self._io_open_side, side, on_loop=False)
         offset = self.side_size + self._side_pending_size
