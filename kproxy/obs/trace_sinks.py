@@ -70,9 +70,9 @@ class Sink:
         # `records`), appended and referenced by (name, offset, length) from
         # the events. Its bytes are always submitted before the segment that
         # references them, so a killed writer never leaves a dangling reference.
-        self._side_name = ""  # the open side file's name; "" until the open trace file's first raw bytes
+        self._side_open = False  # the open trace file's side file exists (from its first raw bytes)
         self._side_path: Path | None = None  # where that side file goes (set with each trace file)
-        self._side_path_name = ""
+        self._side_name = ""  # its name, made once (pathlib is slow per event)
         self.side_size = 0
         self._side_pending: list[memoryview] = []
         self._side_pending_size = 0
@@ -101,7 +101,7 @@ class Sink:
         self.path = self.directory / name
         # The side file beside it, opened with its first raw bytes; named once here (pathlib is slow per event).
         self._side_path = self.path.with_suffix(".records")
-        self._side_path_name = self._side_path.name
+        self._side_name = self._side_path.name
         self.size = 0
         self.opened_mono = time.monotonic()
         self.files.append(self.path)
@@ -140,9 +140,9 @@ class Sink:
     def close(self) -> None:
         if self.path is not None:
             self.flush_side()
-            if self._side_name:
+            if self._side_open:
                 self.ops.submit(self._io_close_side, on_loop=False)
-                self._side_name = ""
+                self._side_open = False
             self.side_size = 0
             self._side_recycled = 0
             self._side_index = {}
@@ -157,15 +157,15 @@ class Sink:
         """
         self.ensure_open()
         if data is None:
-            return self._side_path_name, -1
+            return self._side_name, -1
         if key is not None:
             known = self._side_index.get(key)
             if known is not None:
                 return known
-        if not self._side_name:
+        if not self._side_open:
             side = self._side_path
             assert side is not None  # ensure_open named it
-            self._side_name = self._side_path_name
+            self._side_open = True
             self.side_files.append(side)
             self.ops.submit(self._io_open_side, side, on_loop=False)
         offset = self.side_size + self._side_pending_size
