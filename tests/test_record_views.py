@@ -16,10 +16,13 @@ from kio.schema.errors import ErrorCode
 
 from kproxy.obs.trace_schema import PARTITION, RECORD
 from kproxy.protocol.record_views import (
+    SeenBatches,
     fetch_response_partitions,
     payload_text,
     produce_request_partitions,
     produce_response_partitions,
+    side_batch_records,
+    side_batches,
 )
 from kproxy.protocol.records import Record, encode_batch, make_batch, make_control_batch
 from tests.fixtures.broker import create_topic
@@ -276,3 +279,73 @@ def test_encoded_batches_are_accepted_by_the_broker_and_traced_end_to_end(broker
     finally:
         consumer.close()
     assert consumed == expected
+
+
+# A reader of a whole trace (the analysis) meets the same batches many times: every Fetch of a record
+# returns the batch its Produce sent, with a base offset. SeenBatches decodes each once.
+def _batch_at(base_offset: int, values: list[bytes], *, producer_id: int = 7, control: bool = False) -> bytes:
+    records = [Record(base_offset + i, 1_700_000_000_000 + i, b"k", v) for i, v in enumerate(values)]
+    if control:
+        return encode_batch(make_control_batch("commit", offset=base_offset, timestamp=1_700_000_000_000,
+                                               producer_id=producer_id, producer_epoch=0))
+    return encode_batch(make_batch(records, producer_id=producer_id, producer_epoch=0, base_sequence=0,
+                                   transactional=True))
+
+
+def _with_base_offset(batch: bytes, base_offset: int) -> bytes:
+    # What a broker does to a produced batch: the base offset and the leader epoch before the CRC change.
+    return base_offset.to_bytes(8, "big", signed=True) + batch[8:12] + (3).to_bytes(4, "big") + batch[16:]
+
+
+def test_seen_batches_give_what_a_fresh_decode_gives_and_decode_each_batch_once() -> None:
+    produced = _batch_at(0, [b"1", b"2"])
+    marker = _batch_at(0, [], control=True)
+    fetched = _with_base_offset(produced, 40) + _with_base_offset(marker, 42)
+    refetched = _with_base_offset(produced, 40)
+    seen = SeenBatches()
+    for api, direction, raw, part in (
+        ("produce", "request", produced, {}),
+        ("fetch", "response", fetched, {}),
+        ("fetch", "response", refetched, {}),
+        ("produce", "response", produced, {"base_offset": 40, "error_code": 0}),
+    ):
+        fresh = side_batch_records(side_batches(raw, api, direction, part), api, direction, part)
+        memo = side_batch_records(side_batches(raw, api, direction, part, seen), api, direction, part, seen)
+        assert memo == fresh, (api, direction)
+    # The produced batch and its fetched copy are one entry (what differs is before the CRC), the marker another.
+    assert len(seen.batches) == 2
+    views = side_batch_records(side_batches(fetched, "fetch", "response", {}, seen), "fetch", "response", {}, seen)
+    assert [v["offset"] for v in views] == [40, 41, 42]
+    assert [v["control"] for v in views] == [None, None, "commit"]
+
+
+def test_a_produce_response_s_offsets_never_reach_the_views_a_fetch_shares() -> None:
+    produced = _batch_at(0, [b"1"])
+    seen = SeenBatches()
+    fetch = side_batch_records(side_batches(_with_base_offset(produced, 5), "fetch", "response", {}, seen),
+                               "fetch", "response", {}, seen)
+    part = {"base_offset": 9, "error_code": 0}
+    answered = side_batch_records(side_batches(produced, "produce", "response", part, seen), "produce", "response",
+                                  part, seen)
+    assert [v["offset"] for v in answered] == [9]
+    again = side_batch_records(side_batches(_with_base_offset(produced, 5), "fetch", "response", {}, seen),
+                               "fetch", "response", {}, seen)
+    assert [v["offset"] for v in fetch] == [v["offset"] for v in again] == [5]
+
+
+def test_a_damaged_batch_is_refused_each_time_and_never_kept() -> None:
+    produced = bytearray(_batch_at(0, [b"1"]))
+    produced[-1] ^= 0xFF  # inside the CRC-covered records
+    seen = SeenBatches()
+    for _ in range(2):
+        assert side_batches(bytes(produced), "fetch", "response", {}, seen) is None
+    assert seen.batches == {}
+
+
+def test_seen_batches_are_forgotten_whole_at_their_limit() -> None:
+    seen = SeenBatches(limit=2)
+    for value in (b"1", b"2", b"3"):
+        raw = _batch_at(0, [value])
+        views = side_batch_records(side_batches(raw, "fetch", "response", {}, seen), "fetch", "response", {}, seen)
+        assert [v["value"] for v in views] == [value.decode()]
+    assert len(seen.batches) == 1

@@ -45,6 +45,7 @@ BATCH_HEADER_SIZE = _BATCH_HEADER.size  # 61
 # base_offset + batch_length: the part of a batch its length does not count.
 LOG_OVERHEAD = 12
 _MAGIC_OFFSET = 16
+_CRC_OFFSET = 17
 _ATTRIBUTES_OFFSET = 21  # also where the CRC-covered part starts
 # Kafka's smallest legal entry of any magic (a v0 message); a smaller length is corruption.
 _MIN_ENTRY_LENGTH = 14
@@ -207,7 +208,7 @@ RecordTuple = tuple[int, int, "bytes | None", "bytes | None", tuple[tuple[str, "
 
 
 def batch_tuples(
-    data: bytes | memoryview | None, *, verify_crc: bool = True
+    data: bytes | memoryview | None, *, verify_crc: bool = True, seen: dict | None = None
 ) -> list[tuple[tuple[int, ...], list[RecordTuple]]]:
     """decode_batches without its objects: each complete magic-2 batch as (header, records).
 
@@ -218,6 +219,12 @@ def batch_tuples(
     same rules and errors as decode_batches, which builds on it; for readers
     of many small batches (the analysis reads every traced one), where the
     objects cost more than reading the bytes.
+
+    seen: the records of batches decoded before, by the batch's bytes from its
+    CRC on (what the CRC covers and the CRC: equal bytes decode and verify
+    alike, whatever base offset and leader epoch a broker gave the batch); a
+    batch found there is not decoded again, one not found is added. The caller
+    bounds it. The records lists are shared: never change one.
     """
     if not data:
         return []
@@ -235,7 +242,17 @@ def batch_tuples(
         if end > size:
             break  # a truncated tail, as brokers cut a response at the fetch size
         if magic == 2:
-            batches.append(_batch_tuple(view[pos:end], pos, verify_crc))
+            if seen is None:
+                batches.append(_batch_tuple(view[pos:end], pos, verify_crc))
+            else:
+                key = view[pos + _CRC_OFFSET : end].tobytes()
+                records = seen.get(key)
+                if records is None:
+                    header, records = _batch_tuple(view[pos:end], pos, verify_crc)
+                    seen[key] = records
+                else:
+                    header = _BATCH_HEADER.unpack_from(view, pos)
+                batches.append((header, records))
         elif magic not in (0, 1):
             raise RecordDecodeError(f"record batch at byte {pos} has unknown magic {magic}")
         pos = end

@@ -101,8 +101,11 @@ class _Sides:
     """Side files as a trace's partitions reference them (`read` and `where` by the subclass), and the
     records of each region, each region decoded once."""
 
-    def __init__(self) -> None:
+    def __init__(self, seen=None) -> None:  # noqa: ANN001 - a SeenBatches, imported on the executors
+        from kproxy.protocol.record_views import SeenBatches
+
         self._decoded: dict[tuple[str, int, int], list | None] = {}
+        self._seen = SeenBatches() if seen is None else seen
 
     def where(self, name: str) -> str:
         raise NotImplementedError
@@ -122,11 +125,11 @@ class _Sides:
             if len(raw) != length:
                 raise ValueError(f"{self.where(name)}: {length} bytes at offset {offset} referenced by {source}, "
                                  f"only {len(raw)} there")
-            batches = side_batches(raw, api, direction, part)
+            batches = side_batches(raw, api, direction, part, self._seen)
             if len(self._decoded) >= _DECODED_REGIONS:
                 self._decoded.clear()
             self._decoded[region] = batches
-        return side_batch_records(batches, api, direction, part)
+        return side_batch_records(batches, api, direction, part, self._seen)
 
 
 class _LocalSides(_Sides):
@@ -134,8 +137,8 @@ class _LocalSides(_Sides):
     open until `close` (a segment points into its side file hundreds of times: an open and a close
     per read cost a sixth of decoding it)."""
 
-    def __init__(self, directory: Path) -> None:
-        super().__init__()
+    def __init__(self, directory: Path, seen=None) -> None:  # noqa: ANN001
+        super().__init__(seen)
         self.directory = directory
         self._open: dict[str, int] = {}
 
@@ -197,15 +200,16 @@ def _partitions_with_records(text: bytes, api, direction, sides: _Sides, source:
     return (orjson.dumps(parts, default=json_default) if decoded else text), empty
 
 
-def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None, sides=None) -> None:
+def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None, sides=None, seen=None) -> None:
     """Fill in the side records of one segment's partitions texts (each distinct text decoded once);
     with `kept` (lean), null the repeats of record-free Fetch responses already in `kept`. The side
-    files are `source`'s local neighbours unless `sides` holds them."""
+    files are `source`'s local neighbours unless `sides` holds them; `seen` (a SeenBatches) holds the
+    batches the task decoded before, when the sides are opened here."""
     texts = cells.get("partitions")
     if texts is None:
         return
     if sides is None:
-        with _LocalSides(Path(source).parent) as local:
+        with _LocalSides(Path(source).parent, seen) as local:
             _resolve_partitions(n, cells, source, kept, local)
         return
     api, direction = cells.get("api") or [None] * n, cells.get("direction") or [None] * n
@@ -229,15 +233,18 @@ def _resolve_partitions(n: int, cells: dict, source: str, kept: set | None, side
 
 def _segment_batches(index_batches, lean: bool = False):  # noqa: ANN001, ANN202 - runs on the executors (mapInArrow)
     from kproxy.obs.trace_segments import cells_to_arrow, read_segment_cells
+    from kproxy.protocol.record_views import SeenBatches
 
     # Repeats are looked for within a task (up to 16 MB of segments): enough
     # for a consumer that polls thousands of times a second, and bounded by
     # the distinct record-free texts of the task.
     kept: set | None = set() if lean else None
+    # So are batches decoded before: a record's Fetches are in the segments after its Produce.
+    seen = SeenBatches()
     for index in index_batches:
         for path, offset, length in zip(*(index.column(c).to_pylist() for c in ("path", "offset", "length"))):
             n, cells = read_segment_cells(path, offset, length)
-            _resolve_partitions(n, cells, path, kept)
+            _resolve_partitions(n, cells, path, kept, seen=seen)
             yield cells_to_arrow(n, cells)
 
 
