@@ -52,7 +52,6 @@ is refused, naming the file and the version, by every reader here.
 
 from __future__ import annotations
 
-import base64
 import logging
 import struct
 import zlib
@@ -64,6 +63,7 @@ from typing import Any
 import orjson
 
 from kproxy.obs.trace_schema import EVENT, SCHEMA_VERSION, unreadable_version
+from kproxy.protocol.record_views import payload_text
 
 log = logging.getLogger(__name__)
 
@@ -99,11 +99,7 @@ def json_default(value: Any) -> Any:
     "b64:..." by schema (docs/traces.md); raw bytes from a caller that did
     not encode them are encoded here rather than losing the event."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        raw = bytes(value)
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return "b64:" + base64.b64encode(raw).decode("ascii")
+        return payload_text(bytes(value))
     raise TypeError(f"not serialisable in a trace: {type(value).__name__}")
 
 

@@ -389,8 +389,7 @@ def _analyze_in(spark, history_path, traces_dir, out: Path, derived: bool, names
         try:
             before_writing()
         except BaseException:
-            for frame in cached:  # only this analysis's own, as below
-                frame.unpersist()
+            _release(cached)
             raise
     step("rendering report.html")
     rendering = time.monotonic()
@@ -399,9 +398,7 @@ def _analyze_in(spark, history_path, traces_dir, out: Path, derived: bool, names
     write_html(report, str(out / "report.html"))
     phases["render"] = round(time.monotonic() - rendering, 3)
     describe_jobs(ops, None)
-    # Only this analysis's own caches: others may share the session.
-    for frame in cached:
-        frame.unpersist()
+    _release(cached)
     step("done")
     report["stats"]["elapsed_s"] = round(time.monotonic() - started, 3)
     report["stats"]["phases_s"] = phases
@@ -409,6 +406,12 @@ def _analyze_in(spark, history_path, traces_dir, out: Path, derived: bool, names
     report["stats"]["spark_stages"] = jobs.stages()
     write_json(report, str(out / "report.json"))
     return report
+
+
+def _release(cached: list) -> None:
+    """Drop the rows this analysis kept; only its own: others may share the session."""
+    for frame in cached:
+        frame.unpersist()
 
 
 def _derived_history(spark, traces_dir, isolation: str, step: Progress, held: list):
