@@ -28,9 +28,10 @@ class SideFile:
     def __init__(self) -> None:
         self.data = bytearray()
 
-    def store(self, raw: memoryview | None, key: tuple | None = None) -> tuple[str, int]:
-        if raw is None:
-            return "side.records", -1
+    def side_file_now(self) -> str:
+        return "side.records"
+
+    def store_raw(self, raw: memoryview, key: tuple | None = None) -> tuple[str, int]:
         offset = len(self.data)
         self.data += raw
         return "side.records", offset
@@ -61,7 +62,7 @@ def test_produce_request_and_response_read_back_as_version_2(version: int, codec
     header = parse_request_header(frame, 4)
     side = SideFile()
     raw_request = ProduceRequestRecords(version, frame, body_start(frame, 4, header), TOPIC_NAMES)
-    got = raw_request.resolve(side.store)
+    got = raw_request.resolve(side)
     orders = got[0]
     assert [(b["record_count"], b["compression"], b["producer_id"], b["base_sequence"], b["transactional"])
             for b in orders["batches"]] == [(3, codec, 5, 9, True)]
@@ -69,7 +70,7 @@ def test_produce_request_and_response_read_back_as_version_2(version: int, codec
     assert side.read_back(got, "produce", "request") == v2(want_request)
 
     resp = produce_response(version, {"orders": [(0, 0, 100), (1, 0, 3)], "audit": [(2, 6, 0)]})
-    got = ProduceResponseRecords(raw_request, version, encode_response(resp, 7)).resolve(side.store)
+    got = ProduceResponseRecords(raw_request, version, encode_response(resp, 7)).resolve(side)
     assert side.read_back(got, "produce", "response") == v2(
         record_views.produce_response_partitions(resp, want_request, TOPIC_NAMES))
 
@@ -93,7 +94,7 @@ def test_fetch_response_reads_back_as_version_2(version: int) -> None:
     chunks = [frame[i : i + 1000] for i in range(0, len(frame), 1000)]  # as a cut-through forwarded it
     fetched = FetchResponseRecords(version, chunks, TOPIC_NAMES)
     assert fetched.error_codes() == [1]
-    got = fetched.resolve(side.store)
+    got = fetched.resolve(side)
     assert [b["marker"] for b in got[0]["batches"]] == [None, "commit", None, "abort"]
     assert got[0]["records_length"] == len(raw) + 30
     assert side.read_back(got, "fetch", "response") == v2(record_views.fetch_response_partitions(resp, TOPIC_NAMES))
@@ -101,7 +102,7 @@ def test_fetch_response_reads_back_as_version_2(version: int) -> None:
 
 def test_a_frame_the_scan_cannot_follow_is_traced_without_partitions() -> None:
     frame = encode_response(fetch_response(12, {"orders": [{"partition_index": 0, "high_watermark": 1}]}), 3)
-    assert FetchResponseRecords(12, frame[:-9], None).resolve(SideFile().store) is None
+    assert FetchResponseRecords(12, frame[:-9], None).resolve(SideFile()) is None
     with pytest.raises(batch_scan.ScanError):
         batch_scan.scan_batches(b"\x00" * 8 + b"\x00\x00\x00\x01" + b"\x00" * 20, 0, 32)
 

@@ -679,7 +679,7 @@ class TraceWriter:
     def _resolve(self, partitions: RawPartitions) -> list[dict] | None:
         """Scan a frame's batches in place and queue its raw batches for the side file."""
         try:
-            return partitions.resolve(self._sink.store_raw)
+            return partitions.resolve(self._sink)
         except Exception:  # noqa: BLE001 - one bad frame must not stop the writer
             log.exception("records of a trace event not traced: scanning them failed")
             return None

@@ -5,7 +5,7 @@ forwarded cut-through, the chunks it forwarded) wrapped in one of the classes
 below, and goes on. The writer's `resolve(store)` walks the frame
 in place (kproxy.protocol.batch_scan): per partition the offsets, error codes
 and aborted-transactions list, the header of every record batch, and the raw
-batches, which `store(bytes) -> (file name, offset)` appends to the trace's
+batches, which `store.store_raw(bytes) -> (file name, offset)` appends to the trace's
 side file. The event's `records` stay null; readers decode them from the side
 file (kproxy.obs.trace_files, spark/kproxy_spark/traces.py). Nothing here decompresses.
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from kproxy.obs.trace_frame_pool import PooledBuffer
 from kproxy.obs.trace_schema import PARTITION
@@ -28,8 +28,17 @@ from kproxy.protocol import apis, batch_scan, codec, record_views, request_peek
 log = logging.getLogger(__name__)
 
 PARTITION_KEYS = tuple(f.name for f in PARTITION)
-# (raw bytes, key=None) -> (side file name, offset); (None) -> (the side file bytes go to now, -1)
-Store = Callable[..., tuple[str, int]]
+
+
+class Store(Protocol):
+    """Where a frame's raw batches go: the trace's side file (kproxy.obs.trace_sinks.Sink)."""
+
+    def store_raw(self, data: memoryview, key: tuple | None = None) -> tuple[str, int]:
+        """Queue `data`; (side file name, offset) it will have. With a key, bytes already stored under
+        it in the open side file are not stored again."""
+
+    def side_file_now(self) -> str:
+        """The name of the side file bytes stored now go to."""
 # Fetch regions at least this large are stored once per side file: a consumer
 # that reads a partition again (another group, a rewind, a retried fetch) is
 # served the same batches at the same offsets. Smaller ones are not worth the hash.
@@ -97,7 +106,7 @@ def _with_batches(
             tail = raw[complete:]
             fingerprint = (tuple(crcs), hashlib.blake2b(tail, digest_size=16).digest() if len(tail) else b"")
         key = (view["topic"], view["partition"], batches[0]["base_offset"], end - start, fingerprint)
-    name, offset = store(raw, key)
+    name, offset = store.store_raw(raw, key)
     view.update(records_file=name, records_offset=offset, records_length=end - start)
 
 
@@ -259,7 +268,7 @@ class ProduceResponseRecords(RawPartitions):
         sent = {}
         if self.request is not None:
             sent = {(p["topic"], p["partition"]): p for p in self.request.resolved(store) or ()}
-        side_now, _ = store(None)
+        side_now = store.side_file_now()
         for view in parts:
             request = sent.get((view["topic"], view["partition"]))
             # A request whose file rotated before its answer came keeps its records; the answer

@@ -149,15 +149,17 @@ class Sink:
             self.ops.submit(self._io_close_file, on_loop=False)
             self.path = None
 
-    def store_raw(self, data: memoryview | None, key: tuple | None = None) -> tuple[str, int]:
+    def side_file_now(self) -> str:
+        """The name of the side file bytes stored now go to (kproxy.obs.trace_records.Store)."""
+        self.ensure_open()
+        return self._side_name
+
+    def store_raw(self, data: memoryview, key: tuple | None = None) -> tuple[str, int]:
         """Queue raw record batches for the side file; returns (file name, offset) they will have.
 
         With a key, bytes the open side file already holds under it are not written again.
-        With None, stores nothing and returns (the name of the side file bytes go to now, -1).
         """
         self.ensure_open()
-        if data is None:
-            return self._side_name, -1
         if key is not None:
             known = self._side_index.get(key)
             if known is not None:
