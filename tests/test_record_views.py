@@ -342,10 +342,10 @@ def test_a_damaged_batch_is_refused_each_time_and_never_kept() -> None:
     assert seen.batches == {}
 
 
-def test_seen_batches_are_forgotten_whole_at_their_limit() -> None:
-    seen = SeenBatches(limit=2)
-    for value in (b"1", b"2", b"3"):
-        raw = _batch_at(0, [value])
+def test_seen_batches_are_forgotten_whole_at_their_limit_in_bytes() -> None:
+    raws = [_batch_at(0, [value]) for value in (b"1", b"2", b"3")]
+    seen = SeenBatches(limit_bytes=2 * len(raws[0]))
+    for raw, value in zip(raws, ("1", "2", "3"), strict=True):
         views = side_batch_records(side_batches(raw, "fetch", "response", {}, seen), "fetch", "response", {}, seen)
-        assert [v["value"] for v in views] == [value.decode()]
+        assert [v["value"] for v in views] == [value]
     assert len(seen.batches) == 1

@@ -289,23 +289,28 @@ class SeenBatches:
     A trace holds the same batches many times over: every Fetch of a record returns the batch its
     Produce sent (with a base offset), and consumers read a range again (re-reads after a rebalance or an abort, read_committed
     polls that wait on a transaction). In the bench's trace of 100,000 operations four batches of five
-    a reader meets are repeats. Cleared whole when it holds `limit` batches.
+    a reader meets are repeats. Cleared whole when the batches it holds pass `limit_bytes` (the records
+    and views it keeps with them are of the same order: a few times that in all).
 
     A Fetch's views are shared by every response that returned the batch: never change one.
     """
 
-    def __init__(self, limit: int = 1 << 16) -> None:
-        self.limit = limit
+    def __init__(self, limit_bytes: int = 16 << 20) -> None:
+        self.limit_bytes = limit_bytes
         self.batches: dict[bytes, list[RecordTuple]] = {}
         # (id of a batch's records, its base offset) -> (the records, their views at their offsets): all
         # else a view holds is in the bytes the records were found by. The records are held so that
         # their id is never another's while the entry lives.
         self._views: dict[tuple[int, int], tuple[list[RecordTuple], list[dict[str, Any]]]] = {}
+        self._held_bytes = 0
 
     def decoded(self, raw: bytes | memoryview, where: str) -> list[tuple[tuple[int, ...], list[RecordTuple]]] | None:
-        if len(self.batches) >= self.limit:
+        # Counted by the regions read, an upper bound of the new batches kept (a found one adds nothing).
+        self._held_bytes += len(raw)
+        if self._held_bytes > self.limit_bytes:
             self.batches.clear()
             self._views.clear()
+            self._held_bytes = len(raw)
         return _decoded(raw, where, self.batches)
 
     def fetched_views(self, batches: list[tuple[tuple[int, ...], list[RecordTuple]]]) -> list[dict[str, Any]]:
