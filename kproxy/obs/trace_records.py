@@ -39,6 +39,8 @@ class Store(Protocol):
 
     def side_file_now(self) -> str:
         """The name of the side file bytes stored now go to."""
+
+
 # Fetch regions at least this large are stored once per side file: a consumer
 # that reads a partition again (another group, a rewind, a retried fetch) is
 # served the same batches at the same offsets. Smaller ones are not worth the hash.

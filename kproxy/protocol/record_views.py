@@ -104,7 +104,9 @@ def _record_views(batches: Iterable[tuple[tuple[int, ...], list[RecordTuple]]], 
     return views
 
 
-def _decoded(records: bytes | None, where: str, seen: dict | None = None) -> list[tuple[tuple[int, ...], list[RecordTuple]]] | None:
+def _decoded(
+    records: bytes | None, where: str, seen: dict | None = None
+) -> list[tuple[tuple[int, ...], list[RecordTuple]]] | None:
     try:
         return batch_tuples(records, seen=seen)
     except RecordDecodeError as exc:
@@ -287,10 +289,10 @@ class SeenBatches:
     Fetch returned.
 
     A trace holds the same batches many times over: every Fetch of a record returns the batch its
-    Produce sent (with a base offset), and consumers read a range again (re-reads after a rebalance or an abort, read_committed
-    polls that wait on a transaction). In the bench's trace of 100,000 operations four batches of five
-    a reader meets are repeats. Cleared whole when the batches it holds pass `limit_bytes` (the records
-    and views it keeps with them are of the same order: a few times that in all).
+    Produce sent (with a base offset), and consumers read a range again (after a rebalance or an
+    abort; read_committed polls that wait on a transaction). In the bench's trace of 100,000
+    operations four batches of five a reader meets are repeats. Cleared whole when the regions read
+    since pass `limit_bytes` (the records and views kept with the batches are of the same order).
 
     A Fetch's views are shared by every response that returned the batch: never change one.
     """
