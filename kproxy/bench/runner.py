@@ -25,6 +25,7 @@ from kproxy.bench import workloads
 from kproxy.bench.reference import haproxy_path
 from kproxy.bench.rss import rss_bytes
 from kproxy.brokers import start_broker
+from kproxy.protocol.endpoints import parse_endpoint
 from kproxy.proxy_process import start_proxy
 
 # Targets from the proxy's performance contract (docs/performance.md).
@@ -96,8 +97,8 @@ class PathResult:
 
 def memory_check(proxy_bootstrap: str, pid: int, seconds: float = 6.0) -> dict[str, Any]:
     """Proxy RSS with 100 idle and 10 busy connections: it must level off, not grow."""
-    host, port = proxy_bootstrap.rsplit(":", 1)
-    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(100)]
+    address = parse_endpoint(proxy_bootstrap, default_host=None)
+    idle = [socket.create_connection((address.host, address.port), timeout=10) for _ in range(100)]
     topic = workloads.create_topic(proxy_bootstrap)
     before = rss_bytes(pid)
     samples: list[int] = []

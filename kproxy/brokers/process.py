@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from kproxy.protocol.endpoints import parse_endpoint
+
 log = logging.getLogger(__name__)
 
 
@@ -82,11 +84,12 @@ def _binds(host: str, port: int) -> bool:
 
 
 def host_port(address: str) -> tuple[str, int]:
-    """One HOST:PORT (an IPv6 host in brackets or not) as (host, port)."""
-    host, _, port = address.strip().rpartition(":")
-    if not host or not port.isdigit():
-        raise BrokerError(f"{address.strip()!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
+    """One HOST:PORT to connect to (kproxy.protocol.broker_addresses.parse_endpoint, a host required)."""
+    try:
+        endpoint = parse_endpoint(address, default_host=None)
+    except ValueError:
+        raise BrokerError(f"{address.strip()!r} is not HOST:PORT") from None
+    return endpoint.host, endpoint.port
 
 
 def unreachable(bootstrap: str, timeout: float = 5.0) -> str | None:

@@ -80,8 +80,14 @@ def check_target(broker_kind: str | None, bootstrap: str | None, tls: UpstreamTl
 
 def is_host_port(text: str) -> bool:
     # One address: the proxy learns every other broker from its metadata.
-    host, sep, port = text.rpartition(":")
-    return bool(sep and host and "," not in host and port.isdigit() and 0 < int(port) < 65536)
+    from kproxy.protocol.endpoints import parse_endpoint
+
+    if "," in text:
+        return False
+    try:
+        return parse_endpoint(text, default_host=None).port > 0
+    except ValueError:
+        return False
 
 
 def parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:

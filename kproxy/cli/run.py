@@ -16,9 +16,9 @@ from kproxy.io.config import (
     DEFAULT_MAX_OUTSTANDING_REQUESTS,
     DEFAULT_TRACE_QUEUE_EVENTS,
     ProxyConfig,
-    parse_endpoint,
 )
 from kproxy.obs.logs import setup_logging
+from kproxy.protocol.endpoints import parse_endpoint
 from kproxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 log = logging.getLogger("kproxy.run")

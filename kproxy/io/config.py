@@ -22,23 +22,6 @@ DEFAULT_MAX_OUTSTANDING_REQUESTS = 64
 DEFAULT_TRACE_QUEUE_EVENTS = 16384
 
 
-def parse_endpoint(text: str, default_port: int | None = None) -> Endpoint:
-    """HOST:PORT (IPv6 as [::1]:PORT)."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        if default_port is None:
-            raise ValueError(f"expected HOST:PORT, got {text!r}")
-        host, port = text, str(default_port)
-    host = host.strip("[]") or "0.0.0.0"
-    try:
-        number = int(port)
-    except ValueError:
-        raise ValueError(f"bad port in {text!r}") from None
-    if not 0 <= number <= 65535:
-        raise ValueError(f"port out of range in {text!r}")
-    return Endpoint(host, number)
-
-
 @dataclass
 class ProxyConfig:
     upstreams: list[Endpoint]

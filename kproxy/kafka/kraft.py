@@ -251,9 +251,11 @@ def _ready_brokers(bootstrap: str, timeout: float) -> int:
     """How many brokers the cluster's metadata lists (unfenced ones only, in KRaft)."""
     from confluent_kafka.admin import AdminClient
 
-    host, _, port = bootstrap.rpartition(":")
+    from kproxy.protocol.endpoints import parse_endpoint
+
+    address = parse_endpoint(bootstrap, default_host=None)
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
+        with socket.create_connection((address.host, address.port), timeout=timeout):
             pass
     except OSError:
         return 0

@@ -14,20 +14,12 @@ from typing import Any
 from kio.static.primitive import i16, i32
 
 from kproxy.protocol import apis
+from kproxy.protocol.endpoints import Endpoint
 
 # Responses whose body always names brokers.
 ADDRESS_APIS = frozenset({apis.METADATA, apis.FIND_COORDINATOR, apis.DESCRIBE_CLUSTER})
 # Responses that carry leader endpoints (a tagged field) from these versions on.
 LEADER_HINT_MIN_VERSION = {apis.PRODUCE: 10, apis.FETCH: 16}
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 @dataclass
