@@ -84,7 +84,7 @@ def _binds(host: str, port: int) -> bool:
 
 
 def host_port(address: str) -> tuple[str, int]:
-    """One HOST:PORT to connect to (kproxy.protocol.broker_addresses.parse_endpoint, a host required)."""
+    """One HOST:PORT to connect to (kproxy.protocol.endpoints.parse_endpoint, a host required)."""
     try:
         endpoint = parse_endpoint(address, default_host=None)
     except ValueError:
