@@ -103,17 +103,24 @@ def test_each_scenario_attributes_what_its_rule_file_expects(scenario_runs, name
     assert by_rule, f"{name}: no rule acted"
     assert expect, f"{name}: a fault scenario must expect something of its rule (an anomaly or an effect)"
     assert expect & every, f"{name}: expected one of {sorted(expect)} attributed to a rule, got {by_rule}"
-    # The error class the scenario is about must be absent from the rule-free
-    # run, or above its count there: the rule adds to what the broker does on
-    # its own. (Other cases credited to the rule are credited by their causal
-    # path, case by case, and may share a class with the broker's own.)
+    # Of the error classes the scenario is about and credits to the rule, one at
+    # least must be absent from the rule-free run, or above its count there: the
+    # rule adds to what the broker does on its own. Not each of them: a class the
+    # broker also makes on its own varies between two short runs by as much as
+    # the rule adds (Tansu's poll-skips: 27 without the rule, 42 with it, in the
+    # rule file's 15 s run; 11 without and 8 with in one 6 s pair). (Every case
+    # credited to the rule is credited by its causal path, case by case.)
     control = scenario_runs[_key(CONTROL, kind)].report["counts"]
     for rule, classes in by_rule.items():
-        for anomaly in classes & set(report.get("errors", [])) & expect:
+        credited = sorted(classes & set(report.get("errors", [])) & expect)
+        for anomaly in credited:
             cases = next(r["cases"] for r in report["stats"]["fault_impact"]
                          if r["rule"] == rule and r["anomaly"] == anomaly)
-            assert cases > 0 and (control.get(anomaly, 0) == 0 or report["counts"][anomaly] > control[anomaly]), (
-                f"{name}: {anomaly} credited to {rule} but the rule-free run has {control.get(anomaly)}")
+            assert cases > 0, f"{name}: {anomaly} credited to {rule} with no case"
+        added = [a for a in credited if control.get(a, 0) == 0 or report["counts"][a] > control[a]]
+        assert added or not credited, (
+            f"{name}: {credited} credited to {rule}, but the rule-free run has as many of each: "
+            f"{ {a: control.get(a) for a in credited} }")
 
 
 def test_every_rule_file_has_a_machine_readable_expectation():
