@@ -5,11 +5,10 @@ history is partitioned by key once and each key's rows go through
 kproxy_spark.checks.kernel.check_key in one ``groupBy("key").applyInArrow`` call.
 Its output is one frame of every check's cases (a ``check`` column and the
 case as JSON), the keys' dependency edges and their unseen-writes series,
-collected once. What crosses keys is computed before the pass, per
-operation, as columns of its rows:
-
-* per operation (from its own value): how many committed writes and whether
-  it read anything (the cycle graph's collapsing).
+collected once. Its input is each operation's events on each key, made in
+Python and packed per operation and key (kproxy_spark.checks.op_events);
+what crosses keys travels with them, per operation: how many committed
+writes it made and whether it read anything (the cycle graph's collapsing).
 
 Each process's membership changes (poll-skip's reset, ``subscribed``) are
 few: they are collected first and broadcast to every key
@@ -24,7 +23,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import orjson
@@ -35,12 +33,10 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from kproxy_spark.checks.cycles import Edge
 from kproxy_spark.checks.kernel import KEY_CHECKS, UNSEEN_BUCKET_NS, check_key
 from kproxy_spark.checks.keyview import Event
-from kproxy_spark.checks.membership import Membership, collect_membership, is_reassignment
+from kproxy_spark.checks.membership import Membership, collect_membership
+from kproxy_spark.checks.op_events import events_of, key_events
 from kproxy_spark.gc_pause import collector_paused
-from kproxy_spark.history import DATA_FS, flatten_mops
 from kproxy_spark.session import storage_level
-
-_LONG_ARRAY = "array<long>"
 
 #: The pass's output, one row per finding: a case (check, key, sort, case
 #: JSON); an edge ('~edge' and the edge's fields); an unseen delta
@@ -63,76 +59,6 @@ OUTPUT_SCHEMA = StructType(
     ]
 )
 EDGE, UNSEEN, MICRO_OPS, PROVEN, UNPROVEN = "~edge", "~unseen", "~micro-ops", "~proven", "~unproven"
-
-#: A send micro-op's start in an operation's value: ["send", ...
-SEND_MOP = r'\[\s*"send"\s*,'
-#: A poll micro-op whose map holds a record with a value: ["poll", {... [offset, value] ...}]
-POLL_WITH_A_RECORD = r'\[\s*"poll"\s*,\s*\{[^}]*\[\s*-?\d+\s*,\s*-?\d'
-
-
-def _op_columns(ops: DataFrame) -> DataFrame:
-    """Every completed operation with the cross-key facts its rows carry into the pass."""
-    completed = F.col("type").isin("ok", "info")
-    # Read off the value's JSON text with two regular expressions: parsing
-    # every micro-op (and every poll map) a second time for two numbers cost
-    # as much as the flattening itself.
-    writes = F.regexp_count(F.col("value"), F.lit(SEND_MOP))
-    reads = F.col("value").rlike(POLL_WITH_A_RECORD)
-    return (
-        ops.where(F.col("type") != "invoke")
-        .withColumn("op_writes", F.when(F.col("f").isin("send", "txn") & completed, writes).otherwise(0))
-        .withColumn("op_reads", F.coalesce(completed & F.col("f").isin(*DATA_FS) & reads, F.lit(False)))
-    )
-
-
-EVENT_COLUMNS = list(Event._fields)
-
-
-def key_events(ops: DataFrame) -> DataFrame:
-    """The pass's input: one row per completed send micro-op, per polled
-    record and per (membership change, key it kept), with Event's columns."""
-    done = _op_columns(ops)
-    carry = ("error", "op_writes", "op_reads")
-    mops = flatten_mops(done, carry).where(F.col("key").isNotNull())
-    kept = (
-        done.where(is_reassignment())
-        .select(
-            "index", "time", "process", "type", "f", *carry,
-            F.explode(F.coalesce(F.from_json("value", _LONG_ARRAY), F.array().cast(_LONG_ARRAY))).alias("key"),
-        )
-        .select(
-            F.lit("kept").alias("kind"), "index", "time", "process", "type", "f",
-            F.lit(0).alias("mop_index"), F.lit(0).alias("pos"),
-            F.lit(None).cast("long").alias("offset"), F.lit(None).cast("long").alias("value"),
-            "key", *carry,
-        )
-    )
-    rows = mops.select(
-        F.col("mop").alias("kind"), "index", "time", "process", "type", "f", "mop_index", "pos",
-        "offset", "value", "key", *carry,
-    ).unionByName(kept)
-    return rows.select("key", *EVENT_COLUMNS)
-
-
-_new_event = partial(tuple.__new__, Event)
-
-#: Columns that are never null: numpy turns them into Python values several
-#: times faster than Arrow's to_pylist.
-_DENSE = frozenset({"index", "time", "process", "mop_index", "pos", "op_writes", "op_reads"})
-
-
-def _events_of(table) -> list[Event]:  # noqa: ANN001 - a pyarrow.Table
-    """The group's rows as Events, ordered by (index, mop_index, pos) as KeyView expects."""
-    table = table.sort_by([("index", "ascending"), ("mop_index", "ascending"), ("pos", "ascending")])
-    columns = []
-    for name in EVENT_COLUMNS:
-        column = table.column(name)
-        if name in _DENSE and column.null_count == 0:
-            columns.append(column.to_numpy().tolist())
-        else:
-            columns.append(column.to_pylist())
-    # tuple.__new__ straight from zip's rows: Event._make is a Python call per row.
-    return list(map(_new_event, zip(*columns)))
 
 
 def _output(rows: list[tuple]):  # noqa: ANN202
@@ -181,7 +107,7 @@ def history_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_B
     def per_key(table):  # noqa: ANN001, ANN202 - pyarrow.Table in and out
         key = table.column("key")[0].as_py()
         with collector_paused():
-            return _output(key_rows(key, _events_of(table), ww_deps, bucket_ns, proven, shared()))
+            return _output(key_rows(key, events_of(table), ww_deps, bucket_ns, proven, shared()))
 
     return key_events(ops).groupBy("key").applyInArrow(per_key, OUTPUT_SCHEMA)
 
@@ -311,7 +237,7 @@ def version_orders(ops: DataFrame) -> DataFrame:
 
         key = table.column("key")[0].as_py()
         with collector_paused():
-            vo = KeyView(key, _events_of(table), ordered=True).vo
+            vo = KeyView(key, events_of(table), ordered=True).vo
         return pa.table({
             "key": pa.array([key] * len(vo), pa.int64()),
             "offset": pa.array([o for o, _, _ in vo], pa.int64()),

@@ -25,7 +25,7 @@ from kproxy_spark.checks.membership import Membership
 
 
 class Event(NamedTuple):
-    """One row of a key's group (see keypass.EVENT_COLUMNS).
+    """One event of a key's group (kproxy_spark.checks.op_events makes them).
 
     kind: 'send' (a completed send micro-op), 'poll' (a record a completed
     poll returned; value may be null) or 'kept' (an ok/info assign or
