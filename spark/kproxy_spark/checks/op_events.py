@@ -35,7 +35,8 @@ from kproxy_spark.checks.keyview import Event
 from kproxy_spark.history import DATA_FS, MEMBERSHIP_FS
 
 #: One row per (completed operation, key): the operation's own fields, then
-#: the key's events as a JSON array of [kind, mop_index, pos, offset, value].
+#: the key's part of its micro-ops as a JSON array of ["send", mop_index, arg],
+#: ["poll", mop_index, [[offset, value], ...]] and ["kept"].
 PACKED_SCHEMA = (
     "key long, index long, time long, process long, type string, f string, error string, "
     "op_writes int, op_reads boolean, events string"
@@ -83,35 +84,30 @@ def _parsed(text: str | None) -> Any:
         return None
 
 
-def _data_events(mops: list) -> tuple[dict[int, list[tuple]], int, bool]:
-    """A send, poll or txn operation's events by key, its send micro-ops and whether it read a record."""
-    by_key: dict[int, list[tuple]] = {}
+def _data_events(mops: list) -> tuple[dict[int, list], int, bool]:
+    """A send, poll or txn operation's micro-ops by key, its send micro-ops and whether it read a record.
+
+    Each key gets its part of the micro-ops as they are: ``["send", mop_index, arg]`` or
+    ``["poll", mop_index, pairs]``; `events_of` reads the records out of them, so a poll's
+    records are touched once, in the pass."""
+    by_key: dict[int, list] = {}
     writes = 0
     read = False
     for mop_index, mop in enumerate(mops):
-        if type(mop) is not list or not mop:
+        if type(mop) is not list or len(mop) < 2:
             continue
-        if mop[0] == "send" and len(mop) > 1:
+        name = mop[0]
+        if name == "send":
             writes += 1
-            arg = mop[2] if len(mop) > 2 else None
-            if type(arg) is list:
-                event = ("send", mop_index, 0, _number(arg[0]) if arg else None,
-                         _number(arg[1]) if len(arg) > 1 else None)
-            else:
-                event = ("send", mop_index, 0, None, _number(arg))
             if mop[1] is not None:  # a null key has no events (Spark's flattening drops it too)
-                by_key.setdefault(integer_key(mop[1]), []).append(event)
-        elif mop[0] == "poll" and len(mop) > 1 and type(mop[1]) is dict:
+                by_key.setdefault(integer_key(mop[1]), []).append(("send", mop_index, mop[2] if len(mop) > 2 else None))
+        elif name == "poll" and type(mop[1]) is dict:
             for key_text, pairs in mop[1].items():
-                events = by_key.setdefault(integer_key(key_text), [])
-                if type(pairs) is not list:
-                    continue
-                for pos, pair in enumerate(pairs):
-                    if type(pair) is not list:
-                        continue
-                    value = _number(pair[1]) if len(pair) > 1 else None
-                    read = read or value is not None
-                    events.append(("poll", mop_index, pos, _number(pair[0]) if pair else None, value))
+                parts = by_key.setdefault(integer_key(key_text), [])
+                if type(pairs) is list and pairs:
+                    parts.append(("poll", mop_index, pairs))
+                    # Usually settled by the first record.
+                    read = read or any(type(pair) is list and len(pair) > 1 and pair[1] is not None for pair in pairs)
     return by_key, writes, read
 
 
@@ -139,7 +135,7 @@ def pack_batches(batches: Iterator[Any]) -> Iterator[Any]:
                 read = completed and read
             elif f in _MEMBERSHIP and completed:
                 listed = _parsed(value)
-                kept = [("kept", 0, 0, None, None)]
+                kept = [("kept",)]
                 by_key = {key: kept for key in listed if type(key) is int} if type(listed) is list else {}
                 writes, read = 0, False
             else:
@@ -168,6 +164,13 @@ def key_events(ops: DataFrame) -> DataFrame:
 _new_event = partial(tuple.__new__, Event)
 
 
+def _record(pair: Any) -> tuple[int | None, int | None]:
+    """A polled [offset, value], or a send's: each an integer or null, as a cast to long reads them."""
+    if type(pair) is not list:
+        return None, None
+    return (_number(pair[0]) if pair else None), (_number(pair[1]) if len(pair) > 1 else None)
+
+
 def events_of(table: Any) -> list[Event]:
     """One key's packed rows (a pyarrow.Table) as Events ordered by (index, mop_index, pos), as KeyView expects."""
     table = table.sort_by([("index", "ascending")])
@@ -178,7 +181,24 @@ def events_of(table: Any) -> list[Event]:
     for index, time, process, type_, f, error, writes, read, packed in zip(
         *(table.column(c).to_pylist() for c in columns)
     ):
-        # Packed in (mop_index, pos) order; one row per operation and key.
-        for kind, mop_index, pos, offset, value in loads(packed):
-            add(_new_event((kind, index, time, process, type_, f, mop_index, pos, offset, value, error, writes, read)))
+        # Packed in micro-op order; one row per operation and key.
+        for part in loads(packed):
+            kind = part[0]
+            if kind == "poll":
+                mop_index = part[1]
+                for pos, pair in enumerate(part[2]):
+                    if type(pair) is not list:
+                        continue
+                    if len(pair) == 2 and type(pair[0]) is int and type(pair[1]) is int:
+                        offset, value = pair
+                    else:
+                        offset, value = _record(pair)
+                    add(_new_event((kind, index, time, process, type_, f, mop_index, pos, offset, value, error,
+                                    writes, read)))
+            elif kind == "send":
+                arg = part[2]
+                offset, value = _record(arg) if type(arg) is list else (None, _number(arg))
+                add(_new_event((kind, index, time, process, type_, f, part[1], 0, offset, value, error, writes, read)))
+            else:
+                add(_new_event((kind, index, time, process, type_, f, 0, 0, None, None, error, writes, read)))
     return events
