@@ -241,6 +241,31 @@ def shuffle_partitions_for(input_bytes: int, most: int = 400, cores: int | None 
     return wanted
 
 
+#: Where size_for_input says how many tasks the history pass runs in (kproxy_spark.checks.keypass).
+PASS_PARTITIONS_CONF = "spark.kproxy.passPartitions"
+#: From this input on, a local session's history pass gets a task per core.
+SPREAD_PASS_BYTES = 8 * 1024 * 1024
+
+
+def pass_partitions_for(input_bytes: int, shuffle: int, cores: int | None) -> int:
+    """The history pass's tasks: the shuffle's partitions, or one per local core where those are fewer
+    and the input is not small. The pass is mostly Python, one process per task: at 100,000 operations
+    (32 MB of history, one shuffle partition) it ran as one task beside an idle core, and two tasks
+    took 2-4 s off a 30 s analysis (docs/performance-analysis.md, "The history pass's input packed
+    per operation and key"); below SPREAD_PASS_BYTES the extra shuffle costs what it saves."""
+    if cores and shuffle < cores and input_bytes >= SPREAD_PASS_BYTES:
+        return cores
+    return shuffle
+
+
+def pass_partitions(spark) -> int | None:  # noqa: ANN001 - a SparkSession of either kind
+    """The history pass's tasks when size_for_input set them apart from the shuffle's, else None."""
+    wanted = spark.conf.get(PASS_PARTITIONS_CONF, None)
+    if wanted is None or wanted == spark.conf.get("spark.sql.shuffle.partitions"):
+        return None
+    return int(wanted)
+
+
 _LOCAL_MASTER = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
 
 
@@ -263,13 +288,17 @@ def size_for_input(spark: SparkSession, input_bytes: int, small_bytes: int) -> N
     any session (local, a cluster under spark-submit, a test's):
 
     * shuffle partitions sized to the input (``shuffle_partitions_for``),
-      unless KPROXY_SPARK_PARTITIONS fixes them;
+      unless KPROXY_SPARK_PARTITIONS fixes them, and the history pass's
+      (``pass_partitions_for``);
     * below ``small_bytes``, no generated code: compiling Java for each of
       the wire job's ~60 stages costs seconds, interpreting a small input
       costs less.
     """
+    cores = local_cores(spark)
     if "KPROXY_SPARK_PARTITIONS" not in os.environ:
-        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(input_bytes, cores=local_cores(spark))))
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions_for(input_bytes, cores=cores)))
+    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    spark.conf.set(PASS_PARTITIONS_CONF, str(pass_partitions_for(input_bytes, shuffle, cores)))
     small = input_bytes < small_bytes
     spark.conf.set("spark.sql.codegen.wholeStage", "false" if small else "true")
     spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN" if small else "FALLBACK")

@@ -36,7 +36,7 @@ from kproxy_spark.checks.keyview import Event
 from kproxy_spark.checks.membership import Membership, collect_membership
 from kproxy_spark.checks.op_events import events_of, key_events
 from kproxy_spark.gc_pause import collector_paused
-from kproxy_spark.session import storage_level
+from kproxy_spark.session import pass_partitions, storage_level
 
 #: The pass's output, one row per finding: a case (check, key, sort, case
 #: JSON); an edge ('~edge' and the edge's fields); an unseen delta
@@ -109,7 +109,11 @@ def history_pass(ops: DataFrame, ww_deps: bool = True, bucket_ns: int = UNSEEN_B
         with collector_paused():
             return _output(key_rows(key, events_of(table), ww_deps, bucket_ns, proven, shared()))
 
-    return key_events(ops).groupBy("key").applyInArrow(per_key, OUTPUT_SCHEMA)
+    events = key_events(ops)
+    spread = pass_partitions(ops.sparkSession)
+    if spread is not None:
+        events = events.repartition(spread, "key")  # the groupBy keeps this partitioning: one shuffle
+    return events.groupBy("key").applyInArrow(per_key, OUTPUT_SCHEMA)
 
 
 def _shared_with_tasks(spark, value: Membership) -> Callable[[], Membership]:
