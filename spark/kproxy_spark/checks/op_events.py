@@ -53,14 +53,10 @@ _NOT_AN_INTEGER = "history key is not an integer (kproxy history import numbers 
 
 def integer_key(key: Any) -> int:
     """A micro-op's key as an int: an integer, or an integer's decimal text (a poll map's keys are text)."""
-    if type(key) is int:
-        return key
-    if type(key) is str:
-        try:
-            return int(key)
-        except ValueError:
-            pass
-    raise ValueError(_NOT_AN_INTEGER + (key if type(key) is str else orjson.dumps(key).decode()))
+    number = _number(key)
+    if number is None:
+        raise ValueError(_NOT_AN_INTEGER + (key if type(key) is str else orjson.dumps(key).decode()))
+    return number
 
 
 def _number(value: Any) -> int | None:
