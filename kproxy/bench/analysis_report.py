@@ -12,6 +12,7 @@ COLUMNS = (
     ("traces", "<"),
     ("wall time", ">"),
     ("CPU time", ">"),
+    ("of it JIT", ">"),
     ("1-min load", ">"),
     ("ops/s", ">"),
     ("Spark jobs", ">"),
@@ -24,6 +25,8 @@ NOTES = (
     "wall time: `kproxy analyze` as a subprocess, from its start (Spark's included) to its exit",
     "CPU time: user + system of `kproxy analyze` and every process it started (the Spark JVM, its Python "
     "workers), sampled every 0.2 s; against the wall time it says how much of the machine the run had",
+    "of it JIT: the CPU time of the Spark JVM's JIT compiler threads (C1, C2), sampled alike: a new JVM "
+    "compiles the generated code of every stage it runs",
     "1-min load: the machine's load average when the run started -> when it ended",
     "ops/s: the history's completed operations / wall time",
     "Spark jobs, stages: stats.spark_jobs and stats.spark_stages of the report (n/a: the analysis did not "
@@ -68,6 +71,7 @@ def row(run: dict[str, Any]) -> tuple[str, ...]:
         "yes" if run["traces"] else "no",
         f"{run['wall_s']:.1f} s",
         NOT_REPORTED if run.get("cpu_s") is None else f"{run['cpu_s']:.1f} s",
+        NOT_REPORTED if run.get("jit_cpu_s") is None else f"{run['jit_cpu_s']:.1f} s",
         f"{run['load_1m_start']:.1f} -> {run['load_1m_end']:.1f}",
         rate(run["ops_per_s"]),
         NOT_REPORTED if jobs is None else str(jobs),

@@ -71,15 +71,32 @@ def descendants(pid: int) -> list[int]:
     return tree
 
 
-def cpu_ticks(pid: int) -> tuple[str, int] | None:
-    """(the process's start time, its user + system CPU in clock ticks), or
-    None when it is gone. The start time tells a reused pid from the first."""
+#: How Linux names a HotSpot JVM's JIT compiler threads ("C2 CompilerThread0", cut to 15 characters).
+JIT_THREAD_NAMES = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def _thread_is_jit(pid: int, tid: str) -> bool:
     try:
-        stat = (PROC / str(pid) / "stat").read_text()
+        return (PROC / str(pid) / "task" / tid / "comm").read_text().startswith(JIT_THREAD_NAMES)
+    except OSError:
+        return False  # exited while we looked
+
+
+def _stat_ticks(stat_path: Path) -> tuple[str, int] | None:
+    """(start time, user + system CPU in clock ticks) of a process's or a thread's `stat`, or None when
+    it is gone."""
+    try:
+        stat = stat_path.read_text()
     except OSError:
         return None
     fields = stat[stat.rindex(")") + 2:].split()
     return fields[19], int(fields[11]) + int(fields[12])
+
+
+def cpu_ticks(pid: int) -> tuple[str, int] | None:
+    """(the process's start time, its user + system CPU in clock ticks), or
+    None when it is gone. The start time tells a reused pid from the first."""
+    return _stat_ticks(PROC / str(pid) / "stat")
 
 
 class PeakTreeRss:
@@ -88,8 +105,11 @@ class PeakTreeRss:
     mark as last seen (growth in its final interval before exit is missed).
     `cpu_s`: the CPU time (user + system) of every process seen in the tree,
     each as last sampled (a process's final interval is missed, as is a
-    process that lived less than one interval). A context manager: sampling
-    stops on exit."""
+    process that lived less than one interval). `jit_cpu_s`: of it, the JIT
+    compiler threads' of any JVM in the tree, sampled alike: a fresh Spark JVM
+    compiles the generated code of every stage it runs, and on two cores that
+    is CPU the analysis does not get (docs/performance-analysis.md). A context
+    manager: sampling stops on exit."""
 
     def __init__(self, pid: int, interval_s: float = 0.2) -> None:
         self.pid = pid
@@ -97,12 +117,35 @@ class PeakTreeRss:
         self.peak = 0
         self.root_peak = 0
         self._ticks: dict[tuple[int, str], int] = {}
+        # (pid, start time, thread id) -> whether it is a JIT compiler thread (its name is read once),
+        # and the compiler threads' ticks as last sampled.
+        self._is_jit: dict[tuple[int, str, str], bool] = {}
+        self._jit_ticks: dict[tuple[int, str, str], int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name=f"rss-{pid}", daemon=True)
 
     @property
     def cpu_s(self) -> float:
         return sum(self._ticks.values()) / os.sysconf("SC_CLK_TCK")
+
+    @property
+    def jit_cpu_s(self) -> float:
+        return sum(self._jit_ticks.values()) / os.sysconf("SC_CLK_TCK")
+
+    def _sample_jit(self, pid: int, start: str) -> None:
+        try:
+            threads = os.listdir(PROC / str(pid) / "task")
+        except OSError:
+            return
+        for tid in threads:
+            key = (pid, start, tid)
+            is_jit = self._is_jit.get(key)
+            if is_jit is None:
+                is_jit = self._is_jit[key] = _thread_is_jit(pid, tid)
+            if is_jit:
+                seen = _stat_ticks(PROC / str(pid) / "task" / tid / "stat")
+                if seen is not None:
+                    self._jit_ticks[key] = seen[1]
 
     def _sample(self) -> None:
         while not self._stop.is_set():
@@ -113,6 +156,7 @@ class PeakTreeRss:
                 seen = cpu_ticks(pid)
                 if seen is not None:
                     self._ticks[(pid, seen[0])] = seen[1]
+                    self._sample_jit(pid, seen[0])
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> PeakTreeRss:

@@ -167,12 +167,13 @@ def analysis(sizes, traces_mode, master, seed, timeout, work_dir, out) -> None: 
     is generated once and cached in the work directory; then `kproxy analyze`
     runs on it as a subprocess, the way a user runs it, with and/or without
     the traces. The table gives, per run: wall time (Spark's start
-    included), the CPU time of the analysis and every process it started,
-    the machine's 1-minute load at the run's start and end, operations per
-    second, the Spark jobs and stages the analysis ran (from the report's
-    stats.spark_jobs and stats.spark_stages), the peak RSS of the driver
-    (the Python process and its Spark JVM) and the verdict, which must be
-    valid: the histories are correct by construction.
+    included), the CPU time of the analysis and every process it started
+    and of it the Spark JVM's JIT compilers', the machine's 1-minute load
+    at the run's start and end, operations per second, the Spark jobs and
+    stages the analysis ran (from the report's stats.spark_jobs and
+    stats.spark_stages), the peak RSS of the driver (the Python process and
+    its Spark JVM) and the verdict, which must be valid: the histories are
+    correct by construction.
 
     Exit 1 if any run failed, timed out or was not valid. Other work on the
     machine changes the times: the CPU time and the load say how much, so
