@@ -204,7 +204,7 @@ def test_load_traces_reads_parquet_too(spark, tmp_path):
 
 def test_landings_get_their_fate_from_the_applied_end_txn_agreeing_with_markers(spark, tmp_path):
     from kproxy_spark.traces import load_traces
-    from kproxy_spark.wire.landings import _marker_fates, fetched_records, landings
+    from kproxy_spark.wire.landings import landings
 
     _, traces_dir = torn_scenario().write(tmp_path)
     traces = load_traces(spark, traces_dir)
@@ -219,7 +219,7 @@ def test_landings_get_their_fate_from_the_applied_end_txn_agreeing_with_markers(
         (5, "4"): ("committed", "end_txn"),
     }
     # ... and on this log the markers say the same.
-    markers = {r.offset: r.marker_fate for r in _marker_fates(landed, fetched_records(traces), traces).collect()}
+    markers = {r.offset: r.marker_fate for r in log}
     assert markers == {0: "aborted", 2: "committed", 3: "committed", 5: "committed"}
     # The record's broker-side transaction points at the EndTxn that ended it.
     by_offset = {r.offset: r for r in log}

@@ -14,9 +14,9 @@ traces (kproxy_spark.traces).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
+from pyspark.sql.types import BooleanType, StructField, StructType
 
 from kproxy_spark.traces import (
     EXCHANGE,
@@ -24,6 +24,16 @@ from kproxy_spark.traces import (
     trace_partitions,
     trace_records,
     with_coalesced_ids,
+)
+from kproxy_spark.wire.log_pass import (
+    END_COLUMNS,
+    FETCHED,
+    MARKER,
+    PRODUCED,
+    START,
+    TXN_KEY,
+    decide_attempts,
+    fold_partitions,
 )
 
 
@@ -74,9 +84,6 @@ def _producer_key(tid: str, pid: str, epoch: str) -> list["F.Column"]:
         F.coalesce(F.col(pid), F.lit(-1)).cast("long").alias("txn_pid"),
         F.coalesce(F.col(epoch), F.lit(-1)).cast("int").alias("txn_epoch"),
     ]
-
-
-TXN_KEY = ("txn_id", "txn_pid", "txn_epoch")
 
 
 def closed_in_flight(traces: DataFrame) -> DataFrame:
@@ -206,42 +213,46 @@ def end_txns(traces: DataFrame) -> DataFrame:
     )
 
 
-END_TXN_ATTRIBUTION = (
-    "conn_id",
-    "correlation_id",
-    "copy",
-    "txn_client",
-    "txn_broker",
-    "end_txn_commit",
-    "hazard",
-    "rule",
-    "action",
-    "outcome",
-)
-
-#: When and through which proxy the EndTxn reached the broker, carried with
-#: the attribution (as `end_proxy_id`, `end_delivery_ns`) so a Fetch served
-#: after it can be told from one served while the transaction was open.
-END_TXN_TIMING = ("proxy_id", "delivery_ns")
+#: The fewest groups each pass of the log runs in (more when the session
+#: shuffles into more partitions): each group is one call into Python
+#: holding many whole sessions or partitions. A call per session cost about
+#: 2 ms each: 1,356 sessions at 100,000 operations.
+GROUPS = 16
 
 
-def deciding_end_txns(traces: DataFrame, ends: DataFrame | None = None) -> DataFrame:
-    """Per producer and broker-side transaction number, the EndTxn that ended
-    it: the first one delivered whose response (if any) was not an error.
-    Columns: TXN_KEY and txn_broker prefixed `decided_`, then
-    END_TXN_ATTRIBUTION prefixed `end_`. `ends`: end_txns(traces), when the
-    caller already holds it."""
-    candidates = (end_txns(traces) if ends is None else ends).where(
-        F.col("delivered")
-        & F.col("txn_broker").isNotNull()
-        & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
-    )
-    first = Window.partitionBy(*TXN_KEY, "txn_broker").orderBy("delivery_ns", "mono_ns", "copy")
-    chosen = candidates.withColumn("_n", F.row_number().over(first)).where(F.col("_n") == 1)
-    return chosen.select(
-        *[F.col(c).alias(f"decided_{c}") for c in TXN_KEY],
-        F.col("txn_broker").alias("decided_txn_broker"),
-        *[F.col(c).alias(f"end_{c}") for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)],
+def _spread(frame: DataFrame, *key: str) -> Column:
+    """A group number by `key`, for a pass whose groups hold many keys each."""
+    groups = max(GROUPS, int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1))
+    return F.pmod(F.hash(*key), F.lit(groups))
+
+
+def _decided_attempts(produced: DataFrame, ends: DataFrame) -> DataFrame:
+    """The landed attempts, each with the END_COLUMNS of the EndTxn that decides it (prefixed `end_`):
+    one grouped pass per producer session (kproxy_spark.wire.log_pass.decide_attempts). A record
+    without a transactional id is decided by no EndTxn and skips the pass."""
+    candidates = ends.where(
+        F.col("delivered") & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
+    ).select(*TXN_KEY, *[F.col(c).alias(f"end_{c}") for c in (*END_COLUMNS, "mono_ns")])
+    end_fields = [candidates.schema[f"end_{c}"] for c in END_COLUMNS]
+    schema = StructType([*produced.schema.fields, *end_fields])
+    sessions = produced.where(F.col("txn_id") != "")
+    by_session = _spread(produced, *TXN_KEY)
+    decided = sessions.groupBy(by_session).cogroup(candidates.groupBy(by_session)).applyInArrow(
+        decide_attempts, schema)
+    plain = produced.where(F.col("txn_id") == "").select(
+        *produced.columns, *[F.lit(None).cast(f.dataType).alias(f.name) for f in end_fields])
+    return decided.unionByName(plain)
+
+
+def _aborted_starts(traces: DataFrame) -> DataFrame:
+    """Where the Fetch responses' aborted-transactions lists say an aborted transaction began."""
+    return (
+        trace_partitions(traces)
+        .where((F.col("api") == "fetch") & (F.col("direction") == "response") & F.col("aborted_transactions").isNotNull())
+        .select("topic", "partition", F.explode("aborted_transactions").alias("a"))
+        .select("topic", "partition", F.col("a.producer_id").alias("producer_id"),
+                F.col("a.first_offset").alias("offset"))
+        .dropDuplicates()
     )
 
 
@@ -257,10 +268,13 @@ def landings(
     Fetch. Carries the producing request's numbers, hazard and rule when the
     Produce was traced, and `fate`: committed | aborted | unknown.
 
-    Fate comes first from the log itself (the next transaction marker of the
-    record's producer in that partition, or an aborted-transactions entry
-    covering it), then from the EndTxn that ended the record's broker-side
-    transaction, and is `committed` for non-transactional records.
+    The EndTxn the broker applied decides a traced record (the first of its
+    producer delivered after it; else the first delivered for its
+    broker-side transaction number); the log itself decides the rest (the
+    next transaction marker of the record's producer in that partition, or
+    an aborted-transactions entry covering it); a non-transactional record is
+    `committed`. Two grouped passes (kproxy_spark.wire.log_pass): one per
+    producer session, one per partition.
     """
     # Callers that already hold produce_attempts / fetched_records / end_txns
     # (kept) pass them in, so the plan is not rebuilt from the raw events.
@@ -268,8 +282,9 @@ def landings(
         attempts = produce_attempts(traces)
     if fetched is None:
         fetched = fetched_records(traces, isolation)
-    attempts = attempts.where(F.col("landed_offset").isNotNull())
-    produced = attempts.select(
+    if ends is None:
+        ends = end_txns(traces)
+    produced = attempts.where(F.col("landed_offset").isNotNull()).select(
         "topic",
         "partition",
         F.col("landed_offset").alias("offset"),
@@ -287,134 +302,33 @@ def landings(
         F.col("correlation_id").alias("produce_correlation_id"),
         F.col("copy").alias("produce_copy"),
         F.col("delivery_ns").alias("produce_delivery_ns"),
-        F.lit(False).alias("seen_in_fetch"),
     )
-    read = fetched.where(F.col("control").isNull()).select(
-        "topic", "partition", "offset", "key", "value", "producer_id", "transactional",
-        F.lit(True).alias("seen_in_fetch"),
-    )
-    both = produced.unionByName(read, allowMissingColumns=True)
-    attributes = [c for c in produced.columns if c not in ("topic", "partition", "offset", "seen_in_fetch")]
-    log = both.groupBy("topic", "partition", "offset").agg(
-        *[F.first(c, ignorenulls=True).alias(c) for c in attributes],
-        F.max("seen_in_fetch").alias("seen_in_fetch"),
-    )
-    if ends is None:
-        ends = end_txns(traces)
-    return _with_fates(log, fetched, traces, deciding_end_txns(traces, ends), ends)
-
-
-def _marker_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame) -> DataFrame:
-    # One sort per (topic, partition, producer) instead of a range join: each
-    # record looks forward to its producer's next marker and back to the last
-    # boundary (marker or aborted-transaction start).
-    points = log.select("topic", "partition", "producer_id", "offset", F.lit(1).alias("kind"), F.lit(None).cast("string").alias("control"))
+    decided = _decided_attempts(produced, ends).withColumn("kind", F.lit(PRODUCED))
+    # A record is fetched many times over (every consumer, every poll that
+    # repeats it: 1.1 million fetched rows for 122,000 landed at 100,000
+    # operations); one row per offset is all the fold reads, and Spark folds
+    # them before they cross the shuffle.
+    read = fetched.where(F.col("control").isNull()).groupBy("topic", "partition", "offset").agg(
+        *[F.first(c, ignorenulls=True).alias(c) for c in ("key", "value", "producer_id", "transactional")]
+    ).withColumn("kind", F.lit(FETCHED))
     markers = fetched.where(F.col("control").isNotNull()).select(
-        "topic", "partition", "producer_id", "offset", F.lit(2).alias("kind"), "control"
+        "topic", "partition", "offset", "producer_id", "control", F.lit(MARKER).alias("kind")
     ).dropDuplicates(["topic", "partition", "producer_id", "offset"])
-    starts = (
-        trace_partitions(traces)
-        .where((F.col("api") == "fetch") & (F.col("direction") == "response") & F.col("aborted_transactions").isNotNull())
-        .select("topic", "partition", F.explode("aborted_transactions").alias("a"))
-        .select(
-            "topic",
-            "partition",
-            F.col("a.producer_id").alias("producer_id"),
-            F.col("a.first_offset").alias("offset"),
-            F.lit(0).alias("kind"),
-            F.lit(None).cast("string").alias("control"),
-        )
-        .dropDuplicates()
-    )
-    timeline = points.unionByName(markers).unionByName(starts)
-    ordered = Window.partitionBy("topic", "partition", "producer_id").orderBy("offset", "kind")
-    behind = ordered.rowsBetween(Window.unboundedPreceding, -1)
-    # "The first marker at or after this row" is asked as "the last marker
-    # up to this row" in the reversed order: Spark computes a frame that
-    # starts at the current row afresh for every row (quadratic in a
-    # producer's records), a frame from the partition's start in one pass.
-    ahead = (
-        Window.partitionBy("topic", "partition", "producer_id")
-        .orderBy(F.col("offset").desc(), F.col("kind").desc())
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    next_marker = F.last(F.when(F.col("kind") == 2, F.col("control")), ignorenulls=True).over(ahead)
-    last_boundary = F.last(F.when(F.col("kind") != 1, F.col("kind")), ignorenulls=True).over(behind)
-    fate = (
-        F.when(next_marker == "commit", "committed")
-        .when(next_marker == "abort", "aborted")
-        .when(last_boundary == 0, "aborted")
-    )
-    return (
-        timeline.withColumn("marker_fate", fate)
-        .withColumn("next_marker_fate", F.when(next_marker == "commit", "committed").when(next_marker == "abort", "aborted"))
-        .where(F.col("kind") == 1)
-        .select("topic", "partition", "offset", "marker_fate", "next_marker_fate")
-    )
+    starts = _aborted_starts(traces).withColumn("kind", F.lit(START))
+    rows = decided.unionByName(read, allowMissingColumns=True).unionByName(
+        markers, allowMissingColumns=True).unionByName(starts, allowMissingColumns=True)
+    carried = [c for c in decided.columns if c != "kind"]
+    types = {f.name: f.dataType for f in rows.schema.fields}
+    names = [*carried[:-len(END_COLUMNS)], "seen_in_fetch", *carried[-len(END_COLUMNS):],
+             "marker_fate", "next_marker_fate"]
+    schema = StructType([StructField(n, BooleanType() if n == "seen_in_fetch" else
+                                     types["control"] if n.endswith("marker_fate") else types[n]) for n in names])
+    log = rows.groupBy(_spread(rows, "topic", "partition")).applyInArrow(
+        lambda table: fold_partitions(table, names), schema)
+    return _with_fates(log)
 
 
-def _next_end_txns(log: DataFrame, ends: DataFrame) -> DataFrame:
-    """For each traced transactional record, the first EndTxn of its producer
-    delivered to the broker after the record's Produce: the one the broker
-    applies to it, whatever transaction the client meant that EndTxn for.
-
-    One sort per producer (records and EndTxns on one timeline) instead of a
-    range join. Columns: topic, partition, offset, then END_TXN_ATTRIBUTION
-    prefixed `end_`.
-    """
-    ends = ends.where(
-        F.col("delivered")
-        & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
-    )
-    attribution = F.struct(*[F.col(c).alias(c) for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)])
-    records = log.where(F.col("produce_delivery_ns").isNotNull() & F.col("txn_id").isNotNull()).select(
-        *TXN_KEY, "topic", "partition", "offset",
-        F.col("produce_delivery_ns").alias("t"), F.lit(0).alias("kind"), F.lit(None).alias("end"),
-    )
-    end_points = ends.select(
-        *TXN_KEY, F.lit(None).cast("string").alias("topic"), F.lit(None).cast("int").alias("partition"),
-        F.lit(None).cast("long").alias("offset"), F.col("delivery_ns").alias("t"), F.lit(1).alias("kind"),
-        attribution.alias("end"),
-    )
-    timeline = records.unionByName(end_points, allowMissingColumns=True)
-    # The first EndTxn at or after each record, asked in the reversed order
-    # as the last one up to it: one pass instead of a frame per row (see
-    # _marker_fates). EndTxns delivered at the same instant are taken in
-    # order of their attribution, so the choice does not depend on row order.
-    ahead = (
-        Window.partitionBy(*TXN_KEY)
-        .orderBy(F.col("t").desc(), F.col("kind").desc(), F.col("end").desc())
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    nxt = timeline.withColumn("next_end", F.last("end", ignorenulls=True).over(ahead)).where(F.col("kind") == 0)
-    return nxt.select(
-        "topic", "partition", "offset",
-        *[F.col(f"next_end.{c}").alias(f"end_{c}") for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)]
-    )
-
-
-def _with_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame, deciders: DataFrame,
-                ends: DataFrame) -> DataFrame:
-    marked = log.join(_marker_fates(log, fetched, traces), ["topic", "partition", "offset"], "left")
-    by_order = marked.join(_next_end_txns(log, ends), ["topic", "partition", "offset"], "left")
-    # Records only seen in a Fetch (no traced Produce) fall back to the EndTxn
-    # that ended their broker-side transaction number.
-    decided = by_order.join(
-        deciders.select(
-            *[F.col(f"decided_{c}") for c in (*TXN_KEY, "txn_broker")],
-            *[F.col(f"end_{c}").alias(f"num_end_{c}") for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)],
-        ),
-        [F.col(c) == F.col(f"decided_{c}") for c in (*TXN_KEY, "txn_broker")],
-        "left",
-    ).drop(*[f"decided_{c}" for c in (*TXN_KEY, "txn_broker")])
-    # One side (delivery order, else the transaction number) for every column
-    # of the deciding EndTxn: chosen column by column, the commit flag that
-    # picks the side would be replaced before the columns after it.
-    use_order = F.col("end_end_txn_commit").isNotNull()
-    chosen = {f"end_{c}" for c in (*END_TXN_ATTRIBUTION, *END_TXN_TIMING)}
-    decided = decided.select(*[
-        F.when(use_order, F.col(c)).otherwise(F.col(f"num_{c}")).alias(c) if c in chosen else c
-        for c in decided.columns if not c.startswith("num_end_")])
+def _with_fates(log: DataFrame) -> DataFrame:
     end_fate = F.when(F.col("end_end_txn_commit"), "committed").when(~F.col("end_end_txn_commit"), "aborted")
     transactional = F.coalesce(
         F.col("transactional"), F.col("txn_broker").isNotNull() | (F.col("txn_id") != "")
@@ -430,7 +344,7 @@ def _with_fates(log: DataFrame, fetched: DataFrame, traces: DataFrame, deciders:
         F.when(~transactional, F.lit("committed")),
         F.lit("unknown"),
     )
-    return decided.withColumn("fate", fate).withColumn(
+    return log.withColumn("fate", fate).withColumn(
         "fate_source",
         F.when(end_fate.isNotNull(), "end_txn")
         .when(F.col("marker_fate").isNotNull(), "marker")

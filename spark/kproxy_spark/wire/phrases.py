@@ -91,7 +91,7 @@ def delivered_in(hazard: str | None, broker_txn: Any) -> str:
 def end_txn(end: Mapping[str, Any]) -> str:
     """'the EndTxn(commit) of client txn 4, duplicated by rule 'r' and delivered
     while broker txn 5 was open (conn 8, correlation id 15)' for one EndTxn
-    (kproxy_spark.wire.landings.END_TXN_ATTRIBUTION)."""
+    (kproxy_spark.wire.log_pass.END_TXN_ATTRIBUTION)."""
     phrase = f"the EndTxn({commit_or_abort(end.get('end_txn_commit'))}) of client txn {text(end.get('txn_client'))}"
     how = acted(end.get("rule"), end.get("action"))
     if end.get("hazard") is not None:

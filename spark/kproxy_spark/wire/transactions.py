@@ -12,7 +12,7 @@ from pyspark.sql.window import Window
 
 from kproxy_spark.wire import phrases as say
 from kproxy_spark.wire.check import BY_RULES, ERROR, INFO, WireCheck
-from kproxy_spark.wire.landings import END_TXN_ATTRIBUTION
+from kproxy_spark.wire.log_pass import END_TXN_ATTRIBUTION
 from kproxy_spark.wire.views import WireViews
 
 
