@@ -226,6 +226,20 @@ def test_landings_get_their_fate_from_the_applied_end_txn_agreeing_with_markers(
     assert (by_offset[2].end_txn_client, by_offset[2].end_txn_broker, by_offset[2].end_rule) == (1, 2, "torn")
 
 
+def test_without_end_txns_the_markers_decide_the_fate(spark, tmp_path):
+    from kproxy_spark.traces import load_traces
+    from kproxy_spark.wire.landings import landings
+
+    scenario = torn_scenario()
+    scenario.events = [e for e in scenario.events if e["api"] != "end_txn"]
+    _, traces_dir = scenario.write(tmp_path)
+    log = landings(load_traces(spark, traces_dir)).collect()
+    assert {r.value: (r.fate, r.fate_source) for r in log} == {
+        "1": ("aborted", "marker"), "2": ("committed", "marker"), "3": ("committed", "marker"),
+        "4": ("committed", "marker")}
+    assert {r.end_delivery_ns for r in log} == {None}
+
+
 def test_without_fetches_the_end_txn_decides_the_fate(spark, tmp_path):
     from kproxy_spark.traces import load_traces
     from kproxy_spark.wire.landings import landings

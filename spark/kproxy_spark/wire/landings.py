@@ -233,8 +233,10 @@ def _decided_attempts(produced: DataFrame, ends: DataFrame) -> DataFrame:
     candidates = ends.where(
         F.col("delivered") & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
     ).select(*TXN_KEY, *[F.col(c).alias(f"end_{c}") for c in (*END_COLUMNS, "mono_ns")])
-    end_fields = [candidates.schema[f"end_{c}"] for c in END_COLUMNS]
-    schema = StructType([*produced.schema.fields, *end_fields])
+    # Every column may be null in the pass's output (an attempt no EndTxn decides), whatever Spark
+    # proved of its input: a null under a non-nullable field fails the task.
+    end_fields = [StructField(f"end_{c}", candidates.schema[f"end_{c}"].dataType) for c in END_COLUMNS]
+    schema = StructType([StructField(f.name, f.dataType) for f in (*produced.schema.fields, *end_fields)])
     sessions = produced.where(F.col("txn_id") != "")
     by_session = _spread(produced, *TXN_KEY)
     decided = sessions.groupBy(by_session).cogroup(candidates.groupBy(by_session)).applyInArrow(
