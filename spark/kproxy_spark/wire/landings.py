@@ -27,6 +27,7 @@ from kproxy_spark.traces import (
 )
 from kproxy_spark.wire.log_pass import (
     END_COLUMNS,
+    END_TXN_ATTRIBUTION,
     FETCHED,
     MARKER,
     PRODUCED,
@@ -200,13 +201,7 @@ def end_txns(traces: DataFrame) -> DataFrame:
         "delivery_ns",
         "transactional_id",
         *_producer_key("transactional_id", "producer_id", "producer_epoch"),
-        "txn_client",
-        "txn_broker",
-        "end_txn_commit",
-        "hazard",
-        "rule",
-        "action",
-        "outcome",
+        *[c for c in END_TXN_ATTRIBUTION if c not in EXCHANGE],
         "delivered",
         "response_error_code",
         "response_ns",
