@@ -8,11 +8,13 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from kproxy_spark.wire import phrases as say
 from kproxy_spark.wire.check import WireTable
+from kproxy_spark.wire.cut_off_pass import OWN, STALE, STALE_FIELDS, cut_off_by_stale_end_txns
 from kproxy_spark.wire.diagnoses import DIAGNOSES, BrokerDiagnosis
-from kproxy_spark.wire.landings import TXN_KEY
+from kproxy_spark.wire.landings import TXN_KEY, spread
 from kproxy_spark.wire.views import WireViews
 
 VALUE_FACT_COLUMNS = ("key", "value", "fact", "rule", "topic", "partition", "offset", "conn_id", "correlation_id",
@@ -41,29 +43,36 @@ def cut_off_records(views: WireViews) -> DataFrame:
     ABORT, so a committed write is dropped; docs/analysis.md, "Causes").
 
     One row per record, the latest such stale EndTxn, with `log_fate` and
-    the ids of the Produce, the stale EndTxn and the client's own EndTxn."""
+    the ids of the Produce, the stale EndTxn and the client's own EndTxn:
+    one grouped pass per producer session
+    (kproxy_spark.wire.cut_off_pass.cut_off_by_stale_end_txns)."""
     log, ends = views.log, views.ends
     ok = F.col("delivered") & (F.col("response_error_code").isNull() | (F.col("response_error_code") == 0))
     told = F.when(F.col("end_end_txn_commit"), "committed").when(~F.col("end_end_txn_commit"), "aborted")
+    in_session = F.col("txn_id").isNotNull() & F.col("txn_pid").isNotNull() & F.col("txn_epoch").isNotNull()
     records = log.where(
         F.col("produce_delivery_ns").isNotNull() & F.col("end_hazard").isNull() & F.col("marker_fate").isNotNull()
-        & told.isNotNull() & (F.col("marker_fate") != told)
+        & told.isNotNull() & (F.col("marker_fate") != told) & in_session
     ).select(*TXN_KEY, "topic", "partition", "offset", "key_long", "value_long", "produce_delivery_ns",
              "produce_conn_id", "produce_correlation_id", "end_conn_id", "end_correlation_id", "end_end_txn_commit",
              F.col("marker_fate").alias("log_fate"), F.col("next_marker_fate").isNotNull().alias("by_marker"))
-    own = ends.where(ok & F.col("hazard").isNull()).select(*TXN_KEY, F.col("delivery_ns").alias("own_ns"))
-    began = records.join(own, list(TXN_KEY)).where(F.col("own_ns") < F.col("produce_delivery_ns")).groupBy(
-        "topic", "partition", "offset").agg(F.max("own_ns").alias("began_ns"))
-    stale = ends.where(ok & F.col("hazard").isNotNull() & F.col("rule").isNotNull() & F.col("response_ns").isNotNull())
-    stale = stale.select(*TXN_KEY, F.struct(
-        F.col("response_ns").alias("answered_ns"), F.col("conn_id").alias("conn_id"),
-        F.col("correlation_id").alias("correlation_id"), F.col("copy").alias("copy"),
-        F.col("end_txn_commit").alias("commit"), F.col("rule").alias("rule")).alias("stale"))
-    cut = records.join(began, ["topic", "partition", "offset"], "left").join(stale, list(TXN_KEY)).where(
-        (F.col("stale.answered_ns") < F.col("produce_delivery_ns"))
-        & (F.col("began_ns").isNull() | (F.col("stale.answered_ns") > F.col("began_ns"))))
-    return cut.groupBy(*[c for c in records.columns if c not in TXN_KEY]).agg(
-        F.max_by("stale", "stale.answered_ns").alias("stale"))
+    kind = (F.when(F.col("hazard").isNull() & F.col("delivery_ns").isNotNull(), F.lit(OWN))
+            .when(F.col("hazard").isNotNull() & F.col("rule").isNotNull() & F.col("response_ns").isNotNull(),
+                  F.lit(STALE)))
+    candidates = ends.where(ok & in_session & kind.isNotNull()).select(
+        *TXN_KEY, kind.alias("kind"), "delivery_ns", "response_ns", F.col("conn_id").cast("long").alias("conn_id"),
+        F.col("correlation_id").cast("long").alias("correlation_id"), F.col("copy").cast("long").alias("copy"),
+        "end_txn_commit", "rule")
+    stale = StructType([StructField(name, _SPARK_TYPES[str(arrow_type)]) for name, arrow_type in STALE_FIELDS])
+    schema = StructType([StructField(f.name, f.dataType) for f in records.schema.fields if f.name not in TXN_KEY]
+                        + [StructField("stale", stale)])
+    by_session = spread(records, *TXN_KEY)
+    return records.groupBy(by_session).cogroup(candidates.groupBy(by_session)).applyInArrow(
+        cut_off_by_stale_end_txns, schema)
+
+
+#: Spark's types for the pyarrow types of the `stale` struct's fields.
+_SPARK_TYPES = {"int64": LongType(), "bool": BooleanType(), "string": StringType()}
 
 
 def _cut_off_evidence() -> Column:

@@ -215,7 +215,7 @@ def end_txns(traces: DataFrame) -> DataFrame:
 GROUPS = 16
 
 
-def _spread(frame: DataFrame, *key: str) -> Column:
+def spread(frame: DataFrame, *key: str) -> Column:
     """A group number by `key`, for a pass whose groups hold many keys each."""
     groups = max(GROUPS, int(frame.sparkSession.conf.get("spark.sql.shuffle.partitions") or 1))
     return F.pmod(F.hash(*key), F.lit(groups))
@@ -233,7 +233,7 @@ def _decided_attempts(produced: DataFrame, ends: DataFrame) -> DataFrame:
     end_fields = [StructField(f"end_{c}", candidates.schema[f"end_{c}"].dataType) for c in END_COLUMNS]
     schema = StructType([StructField(f.name, f.dataType) for f in (*produced.schema.fields, *end_fields)])
     sessions = produced.where(F.col("txn_id") != "")
-    by_session = _spread(produced, *TXN_KEY)
+    by_session = spread(produced, *TXN_KEY)
     decided = sessions.groupBy(by_session).cogroup(candidates.groupBy(by_session)).applyInArrow(
         decide_attempts, schema)
     plain = produced.where(F.col("txn_id") == "").select(
@@ -320,7 +320,7 @@ def landings(
              "marker_fate", "next_marker_fate"]
     schema = StructType([StructField(n, BooleanType() if n == "seen_in_fetch" else
                                      types["control"] if n.endswith("marker_fate") else types[n]) for n in names])
-    log = rows.groupBy(_spread(rows, "topic", "partition")).applyInArrow(
+    log = rows.groupBy(spread(rows, "topic", "partition")).applyInArrow(
         lambda table: fold_partitions(table, names), schema)
     return _with_fates(log)
 
