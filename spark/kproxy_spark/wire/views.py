@@ -31,6 +31,10 @@ FETCHED_COLUMNS = (
     "upstream_past_lso",
 )
 
+#: Requests only a member of a group sends: a group none of whose consumers
+#: sent one has no members.
+MEMBER_APIS = ("join_group", "sync_group", "heartbeat", "consumer_group_heartbeat")
+
 #: A gap wider than this in one response is read as this many offsets: a
 #: compacted or truncated range says nothing more per offset, and the
 #: explode must stay bounded.
@@ -131,10 +135,22 @@ class WireViews:
         return self.keep(missing.join(committed, ["topic", "partition", "offset"]).where(F.col("fate") == "committed"))
 
     @cached_property
+    def _requests_seen(self) -> list:
+        """Each request API of the traces, with the groups a member's request named (one small job, on
+        the kept traces)."""
+        member = F.when(F.col("api").isin(*MEMBER_APIS), F.col("group_id"))
+        return self.traces.where(F.col("direction") == "request").select(
+            "api", member.alias("group_id")).distinct().collect()
+
+    @property
     def request_apis(self) -> frozenset[str]:
-        """The APIs of the requests in the traces (one small job, on the kept traces)."""
-        rows = self.traces.where(F.col("direction") == "request").select("api").distinct().collect()
-        return frozenset(row["api"] for row in rows)
+        """The APIs of the requests in the traces."""
+        return frozenset(row["api"] for row in self._requests_seen)
+
+    @property
+    def member_groups(self) -> frozenset[str]:
+        """The consumer groups some member joined (a request only a member sends names them)."""
+        return frozenset(row["group_id"] for row in self._requests_seen if row["group_id"] is not None)
 
     @cached_property
     def removed(self) -> DataFrame:
