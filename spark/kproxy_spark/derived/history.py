@@ -45,6 +45,7 @@ from kproxy_spark.wire.landings import (
     fetched_records,
     produce_attempts,
 )
+from kproxy_spark.wire.summary import trace_summary
 from kproxy_spark.wire.views import WireParts
 
 
@@ -272,7 +273,9 @@ def derive_history(spark: SparkSession, traces: DataFrame, keys: Keys, isolation
     (kproxy_spark.wire.views.wire_parts), when the caller has them."""
     offsets, start = clock if clock is not None else clock_offsets(traces)
     if parts is None:
-        parts = WireParts(produce_attempts(traces), fetched_records(traces, isolation), end_txns(traces))
+        summary = trace_summary(traces)
+        parts = WireParts(produce_attempts(traces), fetched_records(traces, isolation, summary), end_txns(traces),
+                          summary)
     sends = client_sends(parts.attempts, offsets)
     positions = fetch_positions(traces)
     reads = delivered_reads(parts.fetched, positions, offsets)

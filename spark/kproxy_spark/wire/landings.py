@@ -36,6 +36,7 @@ from kproxy_spark.wire.log_pass import (
     decide_attempts,
     fold_partitions,
 )
+from kproxy_spark.wire.summary import TraceSummary, trace_summary
 
 
 def _delivered() -> "F.Column":
@@ -164,7 +165,7 @@ def produce_attempts(traces: DataFrame) -> DataFrame:
     )
 
 
-def fetched_records(traces: DataFrame, isolation: str = "auto") -> DataFrame:
+def fetched_records(traces: DataFrame, isolation: str = "auto", summary: TraceSummary | None = None) -> DataFrame:
     """Records (data and control) returned by Fetch responses, with a
     `read_committed` flag.
 
@@ -172,7 +173,8 @@ def fetched_records(traces: DataFrame, isolation: str = "auto") -> DataFrame:
     aborted-transactions list (possibly empty) only to read_committed
     fetches. isolation="auto" uses that tell when any fetch in the trace
     carries a list, and otherwise assumes read_committed (the workload's
-    default); "read_committed" / "read_uncommitted" force it.
+    default); "read_committed" / "read_uncommitted" force it. `summary`:
+    trace_summary(traces), when the caller has it (else its job runs here).
     """
     records = trace_records(traces).where(
         (F.col("api") == "fetch") & (F.col("direction") == "response") & F.col("offset").isNotNull()
@@ -182,7 +184,7 @@ def fetched_records(traces: DataFrame, isolation: str = "auto") -> DataFrame:
     elif isolation == "read_uncommitted":
         flag = F.lit(False)
     elif isolation == "auto":
-        has_lists = records.where(F.col("aborted_transactions").isNotNull()).limit(1).count() > 0
+        has_lists = (summary or trace_summary(traces)).fetch_lists
         flag = F.col("aborted_transactions").isNotNull() if has_lists else F.lit(True)
     else:
         raise ValueError(f"isolation must be auto, read_committed or read_uncommitted, not {isolation!r}")

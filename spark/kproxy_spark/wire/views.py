@@ -22,6 +22,7 @@ from kproxy_spark.wire.landings import (
     landings,
     produce_attempts,
 )
+from kproxy_spark.wire.summary import TraceSummary, trace_summary
 
 #: The columns of kproxy_spark.wire.landings.fetched_records that the wire checks read.
 FETCHED_COLUMNS = (
@@ -30,10 +31,6 @@ FETCHED_COLUMNS = (
     "aborted_transactions", "read_committed", "rewritten", "listed_aborted", "upstream_listed_aborted", "past_lso",
     "upstream_past_lso",
 )
-
-#: Requests only a member of a group sends: a group none of whose consumers
-#: sent one has no members.
-MEMBER_APIS = ("join_group", "sync_group", "heartbeat", "consumer_group_heartbeat")
 
 #: A gap wider than this in one response is read as this many offsets: a
 #: compacted or truncated range says nothing more per offset, and the
@@ -78,6 +75,7 @@ class WireViews:
     fetched: DataFrame
     ends: DataFrame
     log: DataFrame
+    summary: TraceSummary
     held: list | None = None
     _shared: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -134,23 +132,15 @@ class WireViews:
             F.coalesce("next_marker_fate", "fate").alias("fate"))
         return self.keep(missing.join(committed, ["topic", "partition", "offset"]).where(F.col("fate") == "committed"))
 
-    @cached_property
-    def _requests_seen(self) -> list:
-        """Each request API of the traces, with the groups a member's request named (one small job, on
-        the kept traces)."""
-        member = F.when(F.col("api").isin(*MEMBER_APIS), F.col("group_id"))
-        return self.traces.where(F.col("direction") == "request").select(
-            "api", member.alias("group_id")).distinct().collect()
-
     @property
     def request_apis(self) -> frozenset[str]:
         """The APIs of the requests in the traces."""
-        return frozenset(row["api"] for row in self._requests_seen)
+        return self.summary.request_apis
 
     @property
     def member_groups(self) -> frozenset[str]:
         """The consumer groups some member joined (a request only a member sends names them)."""
-        return frozenset(row["group_id"] for row in self._requests_seen if row["group_id"] is not None)
+        return self.summary.member_groups
 
     @cached_property
     def removed(self) -> DataFrame:
@@ -166,6 +156,7 @@ class WireParts:
     attempts: DataFrame
     fetched: DataFrame
     ends: DataFrame
+    summary: TraceSummary
 
 
 def _keeper(held: list | None):
@@ -179,14 +170,16 @@ def _keeper(held: list | None):
 
 
 def wire_parts(traces: DataFrame, isolation: str = "auto", held: list | None = None) -> WireParts:
-    """produce_attempts, fetched_records (FETCHED_COLUMNS) and end_txns, kept (releases to `held`)."""
+    """produce_attempts, fetched_records (FETCHED_COLUMNS) and end_txns, kept (releases to `held`), and
+    the traces' summary (one small job)."""
     keep = _keeper(held)
+    summary = trace_summary(traces)
     # Only the columns the checks read: a Fetch record carries every column
     # of its event, and at a million operations the whole width no longer
     # fits in memory.
     return WireParts(keep(produce_attempts(traces)),
-                     keep(fetched_records(traces, isolation).select(*FETCHED_COLUMNS)),
-                     keep(end_txns(traces)))
+                     keep(fetched_records(traces, isolation, summary).select(*FETCHED_COLUMNS)),
+                     keep(end_txns(traces)), summary)
 
 
 def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held: list | None = None,
@@ -202,4 +195,4 @@ def wire_views(ops: DataFrame, traces: DataFrame, isolation: str = "auto", held:
         parts = wire_parts(traces, isolation, held)
     attempts, fetched, ends = parts.attempts, parts.fetched, parts.ends
     log = keep(landings(traces, isolation, attempts=attempts, fetched=fetched, ends=ends))
-    return WireViews(ops, traces, sent, attempts, fetched, ends, log, held)
+    return WireViews(ops, traces, sent, attempts, fetched, ends, log, parts.summary, held)
