@@ -153,6 +153,7 @@ def test_input_no_consumer_was_delivered_while_its_transaction_was_made_is_a_gap
     rows = [link(0, 100), link(4, 300), *logged(0, 1, 2, 3, 4), *read(150, 0, 1, 3), *read(350, 2)]
     # Offset 2 came only after the commit at 300; offset 4 is the next link's.
     assert chain(rows) == [("gap", 0, 0, 4, [2], 1, [], [])]
+    assert chain(rows + read(300, 2)) == []  # at the instant of the commit's decision: in time
     # Served, but listed as aborted to a read_committed consumer: the broker's list explains it.
     assert chain(rows + read(160, 2, listed=True)) == [("gap", 0, 0, 4, [2], 1, [], ["listed-as-aborted"])]
     # The same on another partition, and a link of another group, are chains of their own.
@@ -163,10 +164,13 @@ def test_input_no_consumer_was_delivered_while_its_transaction_was_made_is_a_gap
 
 def test_after_an_aborted_transaction_the_input_below_its_offset_must_be_delivered_again():
     rows = [link(0, 100), link(6, 400, rule="late"), link(3, 200, committed=False, rule="stale"),
-            link(5, 500, committed=False, rule="after"), *logged(0, 1, 2, 3, 4, 5), *read(150, 0, 1, 2, 3),
+            link(5, 400, committed=False, rule="at-the-commit"), link(9, 100, committed=False, rule="at-the-prev"),
+            *logged(0, 1, 2, 3, 4, 5), *read(150, 0, 1, 2, 3),
             *read(250, 0, 4, 5)]
     # 1 and 2 lie below the aborted transaction's offset 3 and came only before the abort at 200.
     assert chain(rows) == [("gap", 0, 0, 6, [1, 2], 2, ["late", "stale"], ["not-back-after-abort"])]
-    # A consumer that fetches ahead is not held to more: 3 and above need not come again, and the abort
-    # after the link's commit does not count.
+    assert chain(rows + read(200, 1, 2)) == chain(rows)  # at the abort's instant: not after it
+    assert chain(rows + read(400, 1, 2)) == []  # at the commit's decision: in time
+    # A consumer that fetches ahead is not held to more: 3 and above need not come again; aborts decided at
+    # the instant of either commit are not between them.
     assert chain(rows + read(260, 1, 2)) == []

@@ -16,6 +16,7 @@ docs/performance-analysis.md) with two groupings.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from typing import Any
 
@@ -213,21 +214,46 @@ def by_partition(rows: pa.Table, members: frozenset[str]) -> pa.Table:
         mine = order[bounds[number]:bounds[number + 1]]  # the partition's rows, by offset, then time
         logged = np.unique(offset[mine[kind[mine] == LOGGED]])
         reads = mine[(kind[mine] == READ) & ~listed[mine]]
-        served_listed = np.unique(offset[mine[(kind[mine] == READ) & listed[mine]]])
+        delivered = Reads(offset[reads], at[reads], np.unique(offset[mine[(kind[mine] == READ) & listed[mine]]]))
         by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for link in its_links:
             by_group[link["group_id"]].append(link)
         for group, commits in by_group.items():
-            cases += _chain_breaks(group in members, commits, logged, offset[reads], at[reads], served_listed)
+            cases += _chain_breaks(group in members, commits, logged, delivered)
     return pa.Table.from_pylist(cases, CASE_SCHEMA)
 
 
-def _chain_breaks(has_members: bool, commits: list[dict[str, Any]], logged: np.ndarray, read_offsets: np.ndarray,
-                  read_ns: np.ndarray, served_listed: np.ndarray) -> list[dict[str, Any]]:
-    """One group's overlaps and gaps on one partition. `read_offsets` ascending."""
+class Reads:
+    """What Fetches delivered of one partition: `offsets` ascending with the time of each delivery
+    (`ns`, ascending within an offset), and the first delivery of each offset; `listed`: the offsets
+    served listed as aborted to a read_committed consumer (ascending)."""
+
+    def __init__(self, offsets: np.ndarray, ns: np.ndarray, listed: np.ndarray) -> None:
+        self.offsets, self.ns, self.listed = offsets, ns, listed
+        self.first_offsets, first = np.unique(offsets, return_index=True)
+        self.first_ns = ns[first]
+
+    def before(self, offsets: np.ndarray, until: int) -> np.ndarray:
+        """Per offset (ascending), whether it was delivered at or before `until`."""
+        at = np.minimum(np.searchsorted(self.first_offsets, offsets), max(len(self.first_offsets) - 1, 0))
+        if not len(self.first_offsets):
+            return np.zeros(len(offsets), bool)
+        return (self.first_offsets[at] == offsets) & (self.first_ns[at] <= until)
+
+    def between(self, offsets: np.ndarray, after: int, until: int) -> np.ndarray:
+        """Per offset (ascending, in [offsets[0], offsets[-1]]), whether it was delivered in (after, until]."""
+        window = slice(np.searchsorted(self.offsets, offsets[0]), np.searchsorted(self.offsets, offsets[-1], "right"))
+        times = self.ns[window]
+        return np.isin(offsets, self.offsets[window][(times > after) & (times <= until)])
+
+
+def _chain_breaks(has_members: bool, commits: list[dict[str, Any]], logged: np.ndarray,
+                  reads: Reads) -> list[dict[str, Any]]:
+    """One group's overlaps and gaps on one partition."""
     chain = sorted((c for c in commits if c["decided_commit"]),
                    key=lambda c: (c["at_ns"], c["mono_ns"], c["conn_id"], c["correlation_id"], c["offset"]))
-    aborted = [c for c in commits if c["decided_commit"] is False]
+    aborted = sorted((c for c in commits if c["decided_commit"] is False), key=lambda c: c["at_ns"])
+    abort_times = [a["at_ns"] for a in aborted]
     cases = []
     for prev, link in zip(chain, chain[1:]):
         ids = {k: link[k] for k in ("group_id", "topic", "partition", "mono_ns", "conn_id", "correlation_id",
@@ -240,14 +266,16 @@ def _chain_breaks(has_members: bool, commits: list[dict[str, Any]], logged: np.n
                                rules=_sorted_rules(link["decided_rule"], prev["decided_rule"]),
                                causes=[] if has_members else ["unowned-partitions"]))
         elif link["offset"] > prev["offset"]:
-            gap = _gap(prev, link, aborted, logged, read_offsets, read_ns, served_listed)
+            # The aborted transactions that ended between the link's two commits.
+            between = aborted[bisect_right(abort_times, prev["at_ns"]):bisect_left(abort_times, link["at_ns"])]
+            gap = _gap(prev, link, between, logged, reads)
             if gap:
                 cases.append(_case(**ids, **gap, kind="gap", from_offset=prev["offset"], to_offset=link["offset"]))
     return cases
 
 
-def _gap(prev: dict[str, Any], link: dict[str, Any], aborted: list[dict[str, Any]], logged: np.ndarray,
-         read_offsets: np.ndarray, read_ns: np.ndarray, served_listed: np.ndarray) -> dict[str, Any] | None:
+def _gap(prev: dict[str, Any], link: dict[str, Any], between: list[dict[str, Any]], logged: np.ndarray,
+         reads: Reads) -> dict[str, Any] | None:
     """The input records of the log inside a link (from the link before it, up to its own offset) that no
     consumer was delivered while the link's transaction was made; None when there is none.
 
@@ -255,19 +283,14 @@ def _gap(prev: dict[str, Any], link: dict[str, Any], aborted: list[dict[str, Any
     transaction's offset must be delivered again after the abort (the consumer goes back to the committed
     position: KAFKA-17582 is the client that does not); a consumer that fetches ahead is not held to
     more."""
-    lo, hi, decided = prev["offset"], link["offset"], link["at_ns"]
-    between = [a for a in aborted if prev["at_ns"] < a["at_ns"] < decided]
-    inside = logged[np.searchsorted(logged, lo):np.searchsorted(logged, hi)]
+    decided = link["at_ns"]
+    inside = logged[np.searchsorted(logged, prev["offset"]):np.searchsorted(logged, link["offset"])]
     if not len(inside):
         return None
-    window = slice(np.searchsorted(read_offsets, lo), np.searchsorted(read_offsets, hi))
-    offsets, times = read_offsets[window], read_ns[window]
-    read_before = np.isin(inside, offsets[times <= decided])
+    read_before = reads.before(inside, decided)
     if between:
-        aborted_offset = max(a["offset"] for a in between)
-        abort_ns = max(a["at_ns"] for a in between)
-        must_again = inside < aborted_offset
-        read_again = np.isin(inside, offsets[(times > abort_ns) & (times <= decided)])
+        must_again = inside < max(a["offset"] for a in between)
+        read_again = reads.between(inside, max(a["at_ns"] for a in between), decided)
     else:
         must_again = read_again = np.zeros(len(inside), bool)
     missing = ~read_before | (must_again & ~read_again)
@@ -277,7 +300,7 @@ def _gap(prev: dict[str, Any], link: dict[str, Any], aborted: list[dict[str, Any
     # aborted reads' position) or was served listed as aborted (the broker's list); a gap whose every
     # offset is one or the other has those causes (both, when its offsets differ), else none.
     not_back = (must_again & ~read_again & read_before)[missing]
-    listed = (~read_before & np.isin(inside, served_listed))[missing]
+    listed = (~read_before & np.isin(inside, reads.listed))[missing]
     causes = [] if not (not_back | listed).all() else (
         ["not-back-after-abort"] * bool(not_back.any()) + ["listed-as-aborted"] * bool(listed.any()))
     gone = inside[missing]
