@@ -53,7 +53,7 @@ from kproxy_spark.wire.exactly_once_pass import (
     by_partition,
     by_producer,
 )
-from kproxy_spark.wire.landings import TXN_KEY, _producer_key, exchanges, spread
+from kproxy_spark.wire.landings import _producer_key, exchanges, spread
 from kproxy_spark.wire.views import WireViews
 
 
