@@ -124,7 +124,7 @@ def _chain_breaks(views: WireViews, decided: DataFrame) -> DataFrame:
         F.lit(READ).alias("kind"), "topic", "partition", "offset", F.col("mono_ns").alias("at_ns"),
         (F.col("read_committed") & F.coalesce("listed_aborted", F.lit(False))).alias("listed"))
     rows = links.unionByName(logged, allowMissingColumns=True).unionByName(reads, allowMissingColumns=True)
-    members = views.member_groups
+    members = views.summary.member_groups
     return rows.groupBy(spread(rows, "topic", "partition")).applyInArrow(
         lambda table: by_partition(table, members), from_arrow_schema(CASE_SCHEMA))
 

@@ -91,6 +91,16 @@ def _sorted_rules(*rules: Any) -> list[str]:
     return sorted({rule for rule in rules if rule is not None})
 
 
+#: The fields of a case that name the request and the transaction behind it,
+#: and with them where the case is.
+SENT_BY = ("mono_ns", "conn_id", "correlation_id", "txn_id", "txn_client")
+CASE_IDS = ("group_id", "topic", "partition", *SENT_BY)
+
+
+def _ids(row: dict[str, Any], fields: tuple[str, ...] = CASE_IDS) -> dict[str, Any]:
+    return {k: row[k] for k in fields}
+
+
 def _case(**fields: Any) -> dict[str, Any]:
     return {"from_offset": None, "offsets": [], "missing": 0, "rules": [], "causes": [], **fields}
 
@@ -119,9 +129,8 @@ def by_producer(rows: pa.Table) -> pa.Table:
         end = end_rows[index] if index >= 0 else {}
         commit.update(decided_ns=end.get("at_ns"), decided_commit=end.get("commit"), decided_rule=end.get("rule"))
     committed.sort(key=lambda c: (c["mono_ns"], c["conn_id"], c["correlation_id"]))
-    out = [_case(**{k: c[k] for k in ("group_id", "topic", "partition", "mono_ns", "conn_id", "correlation_id",
-                                      "txn_id", "txn_client", "decided_ns", "decided_commit", "decided_rule")},
-                 kind=DECIDED, to_offset=c["committed_offset"])
+    out = [_case(**_ids(c, CASE_IDS + tuple(name for name, _ in DECISION_FIELDS)), kind=DECIDED,
+                 to_offset=c["committed_offset"])
            for c in committed if c["ok"] and c["decided_commit"] is not None]
     outputs = {tuple(o[k] for k in TXN): o for o in _rows(rows, OUTPUT).to_pylist()}
     out += _apart(committed, outputs)
@@ -148,8 +157,7 @@ def _apart(committed: list[dict[str, Any]], outputs: dict[tuple, dict[str, Any]]
         lost = o["offsets_committed"] and output["committed_records"] == 0 and output["aborted_records"] > 0
         if duplicated or lost:
             cases.append(_case(
-                **{k: o[k] for k in ("group_id", "topic", "partition", "mono_ns", "conn_id", "correlation_id",
-                                     "txn_id", "txn_client")},
+                **_ids(o),
                 kind="output-without-offsets" if duplicated else "offsets-without-output",
                 to_offset=o["committed_offset"],
                 missing=output["committed_records"] if duplicated else output["aborted_records"],
@@ -178,7 +186,7 @@ def _bare(committed: list[dict[str, Any]], outputs: dict[tuple, dict[str, Any]],
                 and told["commit"] is False and output["committed_records"] > 0):
             cases.append(_case(
                 group_id=group[output["txn_id"]], topic=None, partition=None, kind="output-without-offsets",
-                **{k: output[k] for k in ("mono_ns", "conn_id", "correlation_id", "txn_id", "txn_client")},
+                **_ids(output, SENT_BY),
                 to_offset=None, missing=output["committed_records"],
                 rules=_sorted_rules(*output["output_rules"] or ())))
     return cases
@@ -256,8 +264,7 @@ def _chain_breaks(has_members: bool, commits: list[dict[str, Any]], logged: np.n
     abort_times = [a["at_ns"] for a in aborted]
     cases = []
     for prev, link in zip(chain, chain[1:]):
-        ids = {k: link[k] for k in ("group_id", "topic", "partition", "mono_ns", "conn_id", "correlation_id",
-                                    "txn_id", "txn_client")}
+        ids = _ids(link)
         if link["offset"] < prev["offset"]:
             # A group without members: its consumers assign partitions themselves (kproxy's own workload
             # does), so two of them may commit the same partition, the one behind after the one ahead.

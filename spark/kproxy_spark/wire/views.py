@@ -137,11 +137,6 @@ class WireViews:
         """The APIs of the requests in the traces."""
         return self.summary.request_apis
 
-    @property
-    def member_groups(self) -> frozenset[str]:
-        """The consumer groups some member joined (a request only a member sends names them)."""
-        return self.summary.member_groups
-
     @cached_property
     def removed(self) -> DataFrame:
         """Records a rule took out of a Fetch response (kproxy_spark.traces.rule_removed_records)."""
