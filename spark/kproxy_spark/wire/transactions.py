@@ -72,25 +72,34 @@ def _fate_summary(grouped_by: list[str], rows: DataFrame, extra: list[F.Column])
     )
 
 
-def torn_transactions(views: WireViews) -> DataFrame:
-    """Client transactions whose records met different fates (some
-    committed, some aborted). A transaction is a history `txn` op; records
-    of a transactional producer that no history op claims are grouped by
-    the producer's client-side synthetic number instead."""
-    log = views.log
-    claimed = views.shared(sends_with_landings).where((F.col("f") == "txn") & F.col("offset").isNotNull())
-    by_op = _fate_summary(
+def _op_fates(views: WireViews) -> DataFrame:
+    """Per send or txn op whose records landed: the fates of its records and the EndTxns that decided them
+    (_fate_summary), with the op's own fields. The torn-transaction and client-outcome checks read it
+    alike (kept once: `views.shared`): an op's f and type are the op's, so each check's rows are a
+    whole op's or none."""
+    landed = sends_with_landings(views).where(F.col("f").isin("send", "txn") & F.col("offset").isNotNull())
+    return _fate_summary(
         ["index"],
-        claimed,
+        landed,
         [
             F.first("process").alias("process"),
+            F.first("f").alias("f"),
             F.first("type").alias("client_type"),
             F.first("error").alias("client_error"),
             F.first("time").alias("time"),
             F.first("txn_id").alias("transactional_id"),
             F.first("txn_pid").alias("producer_id"),
         ],
-    ).withColumn("source", F.lit("history"))
+    )
+
+
+def torn_transactions(views: WireViews) -> DataFrame:
+    """Client transactions whose records met different fates (some
+    committed, some aborted). A transaction is a history `txn` op; records
+    of a transactional producer that no history op claims are grouped by
+    the producer's client-side synthetic number instead."""
+    log = views.log
+    by_op = views.shared(_op_fates).where(F.col("f") == "txn").drop("f").withColumn("source", F.lit("history"))
 
     history_pairs = views.sent.select(F.col("key").alias("key_long"), F.col("value").alias("value_long"))
     unclaimed = log.join(history_pairs, ["key_long", "value_long"], "left_anti").where(
@@ -133,26 +142,12 @@ def client_outcome_mismatches(views: WireViews) -> DataFrame:
     """Ops whose client outcome contradicts the wire, both ways:
     `client-fail-wire-committed` (a definite failure or abort whose values
     committed) and `client-ok-wire-aborted` (an ok whose values aborted)."""
-    landed = views.shared(sends_with_landings).where(
-        F.col("f").isin("send", "txn") & F.col("type").isin("ok", "fail") & F.col("offset").isNotNull()
-    )
-    summary = _fate_summary(
-        ["index"],
-        landed,
-        [
-            F.first("process").alias("process"),
-            F.first("f").alias("f"),
-            F.first("type").alias("client_type"),
-            F.first("error").alias("client_error"),
-            F.first("time").alias("time"),
-        ],
-    )
     direction = (
         F.when((F.col("client_type") == "fail") & (F.size("committed") > 0), "client-fail-wire-committed")
         .when((F.col("client_type") == "ok") & (F.size("aborted") > 0), "client-ok-wire-aborted")
     )
     return (
-        summary.withColumn("direction", direction)
+        views.shared(_op_fates).withColumn("direction", direction)
         .where(F.col("direction").isNotNull())
         .select("index", "time", "process", "f", "client_type", "client_error", "direction",
                 "committed", "aborted", "txn_clients", "txn_brokers", "stale_end_txns", "rules")
