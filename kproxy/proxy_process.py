@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,10 +91,12 @@ def start_proxy(
 
     The admin API binds `admin_bind` (default: `host`); it is always reached at `host`.
     A free port can be taken by another process before the proxy binds it (tests and
-    demos start several at once): a proxy that exits saying so is started again on
-    other ports, up to START_ATTEMPTS times in all. It is seen by its admin port,
-    which it opens after its listeners; without one, a listen port another
-    process answers on passes for the proxy's.
+    demos start several at once): a proxy that exits saying so, or whose admin port
+    another process answers on, is started again on other ports, up to
+    START_ATTEMPTS times in all. It is seen by its admin port, which it opens after
+    its listeners and which names it (`/healthz`'s proxy_id: the one given with
+    --proxy-id, else one made here in the proxy's own default form); without one,
+    a listen port another process answers on passes for the proxy's.
     """
     attempt = 1
     while True:
@@ -103,6 +106,12 @@ def start_proxy(
         admin_port = free_port(host) if admin else None
         cmd = [sys.executable, "-m", "kproxy", "run", "--upstream", upstream, "--listen", f"{host}:{listen_port}"]
         cmd += ["--admin", f"{admin_bind or host}:{admin_port}"] if admin else ["--no-admin"]
+        proxy_id = given_proxy_id(extra_args)
+        if proxy_id is None:
+            # Named here, as the proxy would name itself (kproxy.io.config.ProxyConfig.proxy_id), so that
+            # its admin API can be told from another process's.
+            proxy_id = uuid.uuid4().hex[:8]
+            cmd += ["--proxy-id", proxy_id]
         cmd += list(extra_args)
         logged = log_path.stat().st_size if log_path is not None and log_path.exists() else 0
         proc = spawn(cmd, log_path, env=dict(os.environ))
@@ -111,16 +120,59 @@ def start_proxy(
             wait_for_port(host, listen_port, startup_timeout, proc)
             if admin_port:
                 wait_for_port(host, admin_port, startup_timeout, proc)
+                answered_by = admin_proxy_id(host, admin_port)
+                if answered_by != proxy_id:
+                    # Another process took the admin port between its pick and the proxy's bind, and
+                    # answers there; this proxy is failing to bind it, or soon will.
+                    raise PortTakenError(f"{host}:{admin_port} is answered by another process "
+                                         f"({answered_by or 'not a kproxy admin API'})")
             if proc.poll() is not None:  # what answered was another process on the port it could not bind
                 raise BrokerError(f"the process exited with status {proc.returncode}")
         except BrokerError as exc:
             handle.stop(signal.SIGKILL)
             said = log_path.read_bytes()[logged:].decode(errors="replace") if log_path is not None else ""
-            if "Address already in use" in said and attempt < START_ATTEMPTS:
+            taken = isinstance(exc, PortTakenError) or "Address already in use" in said
+            if taken and attempt < START_ATTEMPTS:
                 attempt += 1
                 continue
             raise RuntimeError(f"kproxy did not start: {exc}\n{said[-3000:]}") from None
         return handle
+
+
+class PortTakenError(BrokerError):
+    """Another process answers on a port the proxy was started on."""
+
+
+def admin_proxy_id(host: str, port: int, timeout: float = 5.0) -> str | None:
+    """The proxy_id the admin API at host:port gives in /healthz (answered while it starts too, with
+    status 503); None when what answers there is not a kproxy admin API."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an HTTP proxy
+    try:
+        with direct.open(f"http://{host}:{port}/healthz", timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as answer:  # 503 while starting: the body still names the proxy
+        body = answer.read()
+    except (OSError, ValueError):
+        return None
+    try:
+        said = json.loads(body)
+    except ValueError:
+        return None
+    return said.get("proxy_id") if isinstance(said, dict) and isinstance(said.get("proxy_id"), str) else None
+
+
+def given_proxy_id(args: tuple[str, ...]) -> str | None:
+    """The --proxy-id among `kproxy run` arguments, if any."""
+    for i, arg in enumerate(args):
+        if arg == "--proxy-id" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--proxy-id="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 @contextlib.contextmanager
