@@ -188,6 +188,8 @@ class EmbeddedBroker:
     version: str | None = None
     # Removed after the process stopped (a broker's temporary storage).
     scratch_dirs: list[Path] = field(default_factory=list)
+    # The signal that stops this kind at once (kproxy.brokers.tansu: SIGTERM waits out a grace period).
+    stop_signal: int = signal.SIGTERM
 
     @property
     def bootstrap(self) -> str:
@@ -197,7 +199,7 @@ class EmbeddedBroker:
         return self.process.poll() is None
 
     def stop(self, timeout: float = 5.0) -> None:
-        stop_process(self.process, timeout=timeout)
+        stop_process(self.process, self.stop_signal, timeout=timeout)
         for directory in self.scratch_dirs:
             shutil.rmtree(directory, ignore_errors=True)
 
@@ -213,10 +215,12 @@ def launch(
     startup_timeout: float,
     version: str | None = None,
     scratch_dirs: list[Path] | None = None,
+    stop_signal: int = signal.SIGTERM,
 ) -> EmbeddedBroker:
-    """Run `cmd` in its own session, its output to `log_path`, and wait until host:port listens."""
+    """Run `cmd` in its own session, its output to `log_path`, and wait until host:port listens;
+    `stop_signal` is what EmbeddedBroker.stop sends it."""
     proc = spawn(cmd, log_path, env=env, new_session=True)
-    broker = EmbeddedBroker(host, port, proc, log_path, kind, version, list(scratch_dirs or ()))
+    broker = EmbeddedBroker(host, port, proc, log_path, kind, version, list(scratch_dirs or ()), stop_signal)
     try:
         wait_for_port(host, port, startup_timeout, proc)
     except BrokerError as exc:
