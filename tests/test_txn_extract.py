@@ -328,12 +328,16 @@ class RecordingRelay:
         pending = b""
         try:
             while chunk := src.recv(65536):
-                dst.sendall(chunk)
+                # Each frame is kept before its last bytes go on: nothing the other side does about it can
+                # be kept before it, so the requests of all connections are kept in an order that could
+                # have happened. (Kept after forwarding, a loaded machine once kept a Produce after the
+                # EndTxn the client sent only once that Produce was answered.)
                 pending += chunk
                 while len(pending) >= 4 and len(pending) >= 4 + int.from_bytes(pending[:4], "big"):
                     size = int.from_bytes(pending[:4], "big")
                     keep(connection, pending[4 : 4 + size])
                     pending = pending[4 + size :]
+                dst.sendall(chunk)
         except OSError:
             pass
         finally:
