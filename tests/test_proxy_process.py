@@ -7,7 +7,7 @@ import socket
 import pytest
 
 import kproxy.proxy_process as proxy_process
-from kproxy.brokers.process import free_port_block
+from kproxy.brokers.process import free_port, free_port_block
 
 
 @pytest.fixture
@@ -20,13 +20,7 @@ def taken_port():
 
 
 def test_a_proxy_whose_port_was_taken_starts_again_on_another(tmp_path, monkeypatch, taken_port):
-    picks = []
-
-    def taken_first(host: str) -> int:
-        picks.append(host)
-        return taken_port if len(picks) == 1 else free_port_block(host)
-
-    monkeypatch.setattr(proxy_process, "free_port_block", taken_first)
+    picks = taken_first(monkeypatch, "free_port_block", taken_port, free_port_block)
     log = tmp_path / "proxy.log"
     proxy = proxy_process.start_proxy("127.0.0.1:1", log_path=log)
     try:
@@ -74,13 +68,7 @@ def foreign_admin():
 
 def test_a_proxy_whose_admin_port_another_process_answers_on_starts_again(tmp_path, monkeypatch, foreign_admin):
     # The other process answers on the port: waiting for the port to answer would take it for the proxy's.
-    picks = []
-
-    def taken_first(host: str) -> int:
-        picks.append(host)
-        return foreign_admin if len(picks) == 1 else socket_port(host)
-
-    monkeypatch.setattr(proxy_process, "free_port", taken_first)
+    picks = taken_first(monkeypatch, "free_port", foreign_admin, free_port)
     proxy = proxy_process.start_proxy("127.0.0.1:1", log_path=tmp_path / "proxy.log")
     try:
         assert len(picks) == 2 and proxy.admin_port != foreign_admin and proxy.alive()
@@ -98,7 +86,13 @@ def test_a_proxy_id_given_is_the_one_its_admin_api_must_name(tmp_path):
         proxy.stop()
 
 
-def socket_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def taken_first(monkeypatch, picker: str, taken: int, then) -> list[str]:  # noqa: ANN001 - pytest's monkeypatch
+    """start_proxy's `picker` gives `taken` first and `then`'s ports after; returns the hosts asked for."""
+    picks: list[str] = []
+
+    def pick(host: str) -> int:
+        picks.append(host)
+        return taken if len(picks) == 1 else then(host)
+
+    monkeypatch.setattr(proxy_process, picker, pick)
+    return picks
