@@ -146,21 +146,11 @@ class PortTakenError(BrokerError):
 def admin_proxy_id(host: str, port: int, timeout: float = 5.0) -> str | None:
     """The proxy_id the admin API at host:port gives in /healthz (answered while it starts too, with
     status 503); None when what answers there is not a kproxy admin API."""
-    import json
-    import urllib.error
-    import urllib.request
+    import httpx
 
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an HTTP proxy
     try:
-        with direct.open(f"http://{host}:{port}/healthz", timeout=timeout) as response:
-            body = response.read()
-    except urllib.error.HTTPError as answer:  # 503 while starting: the body still names the proxy
-        body = answer.read()
-    except (OSError, ValueError):
-        return None
-    try:
-        said = json.loads(body)
-    except ValueError:
+        said = httpx.get(f"http://{host}:{port}/healthz", timeout=timeout, trust_env=False).json()
+    except (httpx.HTTPError, ValueError):
         return None
     return said.get("proxy_id") if isinstance(said, dict) and isinstance(said.get("proxy_id"), str) else None
 
