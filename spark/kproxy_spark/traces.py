@@ -260,12 +260,14 @@ def load_segments(spark: SparkSession, files: list[str], *, lean: bool = False) 
     naming the file and offset. `lean`: see load_traces.
     """
     from kproxy.obs.trace_segments import segment_index
+    from kproxy_spark.session import rows_frame
 
     index = [(path, offset, length) for path in files for offset, length in segment_index(path)]
     if not index:
         return spark.createDataFrame([], spark_schema())
     slices = min(len(index), max(1, -(-sum(length for _, _, length in index) // _SEGMENT_BYTES_PER_TASK)))
-    segments = spark.createDataFrame(index, "path string, offset long, length long").repartition(slices)
+    segments = rows_frame(spark, index, [("path", "string"), ("offset", "int64"), ("length", "int64")])
+    segments = segments.repartition(slices)
     return _typed_events(segments.mapInArrow(lambda batches: _segment_batches(batches, lean), _flat_schema()))
 
 

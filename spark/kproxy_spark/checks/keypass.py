@@ -36,7 +36,7 @@ from kproxy_spark.checks.keyview import Event
 from kproxy_spark.checks.membership import Membership, collect_membership
 from kproxy_spark.checks.op_events import events_of, key_events
 from kproxy_spark.gc_pause import collector_paused
-from kproxy_spark.session import pass_partitions, storage_level
+from kproxy_spark.session import pass_partitions, rows_frame, storage_level
 
 #: The pass's output, one row per finding: a case (check, key, sort, case
 #: JSON); an edge ('~edge' and the edge's fields); an unseen delta
@@ -190,7 +190,7 @@ def collect_pass(frame: DataFrame) -> PassResult:
     def explain(nodes: set[int]) -> list[Edge]:
         if not nodes:
             return []
-        ids = kept.sparkSession.createDataFrame([(n,) for n in sorted(nodes)], "op long")
+        ids = rows_frame(kept.sparkSession, [(n,) for n in sorted(nodes)], [("op", "int64")])
         rows = (
             kept.where(F.col("check") == EDGE)
             .join(F.broadcast(ids.withColumnRenamed("op", "src")), "src", "left_semi")

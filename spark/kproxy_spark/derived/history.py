@@ -38,6 +38,7 @@ from kproxy.protocol.errors import ERROR_NAMES
 from kproxy.testing.client_ids import FINAL_READER
 from kproxy_spark.derived.identity import Keys, partition_key
 from kproxy_spark.history import HISTORY_SCHEMA
+from kproxy_spark.session import rows_frame
 from kproxy_spark.traces import EXCHANGE, with_coalesced_ids
 from kproxy_spark.wire.landings import (
     TXN_KEY,
@@ -262,8 +263,9 @@ def create_ops(spark: SparkSession, keys: Keys) -> DataFrame:
     """`create` ops, one per key, before everything else."""
     rows = [(-1, 0, "ok", "create", json.dumps([key, topic, partition]), None)
             for key, (topic, partition) in enumerate(keys.partitions)]
-    return spark.createDataFrame(rows, "t long, phase int, type string, f string, value string, error string"
-                                 ).withColumn("label", F.lit("~create"))
+    columns = [("t", "int64"), ("phase", "int32"), ("type", "string"), ("f", "string"), ("value", "string"),
+               ("error", "string")]
+    return rows_frame(spark, rows, columns).withColumn("label", F.lit("~create"))
 
 
 def derive_history(spark: SparkSession, traces: DataFrame, keys: Keys, isolation: str = "auto",
