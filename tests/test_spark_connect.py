@@ -15,6 +15,7 @@ fallback that changed a verdict shows up here.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -118,3 +119,32 @@ def test_remote_takes_only_a_connect_url_and_not_with_master(tmp_path):
                           env=connect_env(tmp_path / "cache"), cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "not both" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "t").exists()
+
+
+WATCHED = """
+import sys, time
+from kproxy_spark.progress import watch_jobs
+from kproxy_spark.session import connect_session
+
+def slow(batches):
+    import time
+    for batch in batches:
+        time.sleep(1.2)
+        yield batch
+
+session = connect_session(sys.argv[1])
+with watch_jobs(session, None, lambda line: print(line, flush=True), every=0.3):
+    # Longer than the server's progress report interval (2 s) on a warm server.
+    session.range(0, 6000, numPartitions=6).mapInArrow(slow, "id long").count()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_connect_analysis_is_told_from_connect_s_own_progress(spark_connect_server: ConnectServer, tmp_path):
+    done = subprocess.run([sys.executable, "-c", WATCHED, spark_connect_server.url], capture_output=True, text=True,
+                          env=connect_env(tmp_path / "cache"), timeout=100)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    told = re.compile(r"running a Spark job \(\d+ stages? done, [1-9]\d* running: \d+ of [1-9][\d,]* tasks?\);"
+                      r" [\d,]+ bytes read so far")
+    assert any(told.fullmatch(line) for line in lines), done.stdout

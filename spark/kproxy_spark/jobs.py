@@ -68,6 +68,11 @@ class JobCounter:
         self._context = None if is_connect(spark) else spark.sparkContext
         self._group = f"kproxy-analyze-{uuid.uuid4().hex}"
 
+    @property
+    def group(self) -> str | None:
+        """The job group, on a session that has them."""
+        return self._group if self._context is not None else None
+
     def join(self) -> None:
         """Put the calling thread's jobs in the group (a per-thread setting)."""
         if self._context is not None:
@@ -341,7 +346,10 @@ def _analyze_in(spark, history_path, traces_dir, out: Path, derived: bool, names
     # jobs (the history pass is mostly Python, the wire job mostly JVM).
     step(f"checking {'the history derived from ' + str(traces_dir) if derived else history_path}"
          + (f" and {traces_dir}" if traces_dir is not None and not derived else ""))
-    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="kproxy-analyze") as pool:
+    from kproxy_spark.progress import watch_jobs
+
+    with watch_jobs(spark, jobs.group, step), \
+            ThreadPoolExecutor(max_workers=3, thread_name_prefix="kproxy-analyze") as pool:
         stats_job = pool.submit(timed("history_stats", history_stats))
         checks_job = pool.submit(timed("history_checks", history_checks))
         wire_job = pool.submit(timed("wire_checks", wire)) if traces_dir is not None else None
