@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,9 +107,11 @@ def start_proxy(
         cmd += ["--admin", f"{admin_bind or host}:{admin_port}"] if admin else ["--no-admin"]
         proxy_id = given_proxy_id(extra_args)
         if proxy_id is None:
-            # Named here, as the proxy would name itself (kproxy.io.config.ProxyConfig.proxy_id), so that
-            # its admin API can be told from another process's.
-            proxy_id = uuid.uuid4().hex[:8]
+            # Named here, as the proxy would name itself, so that its admin API can be told from another
+            # process's. (Imported here: the proxy's configuration pulls in the protocol's schemas.)
+            from kproxy.io.config import new_proxy_id
+
+            proxy_id = new_proxy_id()
             cmd += ["--proxy-id", proxy_id]
         cmd += list(extra_args)
         logged = log_path.stat().st_size if log_path is not None and log_path.exists() else 0

@@ -22,6 +22,11 @@ DEFAULT_MAX_OUTSTANDING_REQUESTS = 64
 DEFAULT_TRACE_QUEUE_EVENTS = 16384
 
 
+def new_proxy_id() -> str:
+    """A proxy's id when the operator names none (`kproxy run --proxy-id`): eight hex digits, new per start."""
+    return uuid.uuid4().hex[:8]
+
+
 @dataclass
 class ProxyConfig:
     upstreams: list[Endpoint]
@@ -63,4 +68,4 @@ class ProxyConfig:
     # TLS towards clients (every listener) and towards brokers; None: plaintext (docs/security.md).
     client_tls: ssl.SSLContext | None = None
     upstream_tls: UpstreamTls | None = None
-    proxy_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    proxy_id: str = field(default_factory=new_proxy_id)

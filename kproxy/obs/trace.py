@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import re
 import time
 from collections import deque
@@ -73,7 +72,7 @@ from kproxy.obs.trace_sinks import SINKS, Format, Sink, trace_file_name
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TraceWriter", "TraceWriterError", "default_proxy_id", "trace_file_name"]
+__all__ = ["TraceWriter", "TraceWriterError", "trace_file_name"]
 
 Level = Literal["headers", "records"]
 OnFull = Literal["block", "drop"]
@@ -701,8 +700,3 @@ class TraceWriter:
             self.unwritable += 1
             metrics.trace_events.labels("dropped").inc()
             return None
-
-
-def default_proxy_id() -> str:
-    """A random id per process, used when the operator does not name the proxy."""
-    return f"p{os.getpid()}-{os.urandom(3).hex()}"
