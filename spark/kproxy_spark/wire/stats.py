@@ -48,13 +48,14 @@ def latency(views: WireViews) -> DataFrame:
     )
 
 
-def rule_touches(views: WireViews) -> DataFrame:
-    """Per rule: the exchanges it touched (request rules and response rules
-    alike), with its actions, the APIs, the outcomes and the error codes
-    the clients got back on those exchanges."""
+def _rule_activity(views: WireViews) -> DataFrame:
+    """Per rule, everything rule_touches and fault_phases say of the events it touched, in one
+    aggregation, kept (`views.shared`): both read its rows, where each aggregated the traces on its own
+    (Spark does not reuse the shuffle of two aggregations that keep different columns)."""
     touched = views.traces.fillna({"proxy_id": "", "copy": 0}).where(F.col("rule").isNotNull())
     return touched.groupBy("rule").agg(
-        F.count_distinct(*EXCHANGE).alias("events"),
+        F.count_distinct(*EXCHANGE).alias("exchanges"),
+        F.count(F.lit(1)).alias("rule_events"),
         F.array_sort(F.collect_set("action")).alias("actions"),
         F.array_sort(F.collect_set("api")).alias("apis"),
         F.array_sort(F.collect_set("direction")).alias("directions"),
@@ -62,7 +63,17 @@ def rule_touches(views: WireViews) -> DataFrame:
         F.array_sort(F.array_distinct(F.flatten(F.collect_list(
             F.when(F.col("direction") == "response", F.coalesce("error_codes", F.array().cast("array<int>")))
             .otherwise(F.array().cast("array<int>")))))).alias("error_codes"),
+        F.min("mono_ns").alias("start_ns"),
+        F.max("mono_ns").alias("end_ns"),
     )
+
+
+def rule_touches(views: WireViews) -> DataFrame:
+    """Per rule: the exchanges it touched (request rules and response rules
+    alike), with its actions, the APIs, the outcomes and the error codes
+    the clients got back on those exchanges."""
+    return views.shared(_rule_activity).select("rule", F.col("exchanges").alias("events"), "actions", "apis", "directions",
+                                        "outcomes", "error_codes")
 
 
 def rule_writes(views: WireViews) -> DataFrame:
@@ -92,16 +103,7 @@ def rule_writes(views: WireViews) -> DataFrame:
 
 def fault_phases(views: WireViews) -> DataFrame:
     """When each rule acted: rule, actions, start_ns, end_ns (trace clock), events."""
-    return (
-        views.traces.where(F.col("rule").isNotNull())
-        .groupBy("rule")
-        .agg(
-            F.array_sort(F.collect_set("action")).alias("actions"),
-            F.min("mono_ns").alias("start_ns"),
-            F.max("mono_ns").alias("end_ns"),
-            F.count(F.lit(1)).alias("events"),
-        )
-    )
+    return views.shared(_rule_activity).select("rule", "actions", "start_ns", "end_ns", F.col("rule_events").alias("events"))
 
 
 def end_txn_outcomes(views: WireViews) -> DataFrame:
