@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kproxy_spark.wire.log_pass import TXN_KEY, _joint, _numbers, _session_ids
+from kproxy_spark.wire.arrow_groups import TXN_KEY, joint, numbers, session_ids
 
 #: The kinds of EndTxn the pass reads (`kind`): the session's own (no
 #: hazard), and a stale copy a rule delivered.
@@ -37,7 +37,7 @@ def _latest_before(side: tuple[np.ndarray, np.ndarray], asked: tuple[np.ndarray,
     if not len(side[0]):
         return np.full(len(asked[0]), -1, dtype=np.int64)
     order = np.lexsort((np.arange(len(side[0])), side[1], side[0]))
-    offered, wanted = _joint((side[0][order], side[1][order]), asked)
+    offered, wanted = joint((side[0][order], side[1][order]), asked)
     at = np.searchsorted(offered, wanted, side="left") - 1
     found = (at >= 0) & ((offered[np.maximum(at, 0)] >> 32) == asked[0])
     return np.where(found, order[np.maximum(at, 0)], -1)
@@ -64,19 +64,19 @@ def cut_off_by_stale_end_txns(records: pa.Table, ends: pa.Table) -> pa.Table:
     kept = [name for name in records.column_names if name not in TXN_KEY]
     if ends.num_rows == 0:
         return _with_stale(records.select(kept).slice(0, 0), ends, np.zeros(0, dtype=np.int64))
-    mine, theirs = _session_ids(records, ends)
-    produced = _numbers(records.column("produce_delivery_ns")).astype(np.int64)
-    kinds = _numbers(ends.column("kind"))
+    mine, theirs = session_ids(records, ends)
+    produced = numbers(records.column("produce_delivery_ns")).astype(np.int64)
+    kinds = numbers(ends.column("kind"))
     own = np.flatnonzero(kinds == OWN)
     stale = np.flatnonzero(kinds == STALE)
     # When the record's transaction began: its session's last own EndTxn before the Produce.
-    delivered = _numbers(pc.fill_null(ends.column("delivery_ns"), 0)).astype(np.int64)
+    delivered = numbers(pc.fill_null(ends.column("delivery_ns"), 0)).astype(np.int64)
     began_at = _latest_before((theirs[own], delivered[own]), (mine, produced))
     began = _values_at(delivered[own], began_at, np.iinfo(np.int64).min)
     # The last stale EndTxn answered before the Produce arrived (at the same instant, the last by its
     # connection, correlation id and copy, so the choice does not depend on row order).
-    answered = _numbers(pc.fill_null(ends.column("response_ns"), 0)).astype(np.int64)
-    by = np.lexsort(tuple(_numbers(pc.fill_null(ends.column(c), -1)).astype(np.int64)[stale]
+    answered = numbers(pc.fill_null(ends.column("response_ns"), 0)).astype(np.int64)
+    by = np.lexsort(tuple(numbers(pc.fill_null(ends.column(c), -1)).astype(np.int64)[stale]
                           for c in ("copy", "correlation_id", "conn_id")) + (answered[stale], theirs[stale]))
     chosen_at = _latest_before((theirs[stale][by], answered[stale][by]), (mine, produced))
     chosen = _values_at(stale[by], chosen_at, -1)

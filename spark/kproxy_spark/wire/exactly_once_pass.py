@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kproxy_spark.wire.log_pass import TXN_KEY, _joint, _numbers, _session_ids
+from kproxy_spark.wire.arrow_groups import TXN_KEY, joint, numbers, session_ids
 
 #: The rows by_producer reads, by their `kind`: a TxnOffsetCommit's
 #: partition, an EndTxn, a client transaction's output in the log.
@@ -69,18 +69,18 @@ def _deciding_ends(commits: pa.Table, ends: pa.Table) -> np.ndarray:
     chosen = np.full(commits.num_rows, -1, dtype=np.int64)
     if not commits.num_rows or not ends.num_rows:
         return chosen
-    mine, theirs = _session_ids(commits, ends)
-    taken = _numbers(pc.fill_null(ends.column("taken"), False)) & _numbers(pc.is_valid(ends.column("at_ns")))
+    mine, theirs = session_ids(commits, ends)
+    taken = numbers(pc.fill_null(ends.column("taken"), False)) & numbers(pc.is_valid(ends.column("at_ns")))
     candidates = np.flatnonzero(taken)
-    arrived = _numbers(pc.is_valid(commits.column("at_ns")))
+    arrived = numbers(pc.is_valid(commits.column("at_ns")))
     if not len(candidates) or not arrived.any():
         return chosen
-    end_at = _numbers(pc.fill_null(ends.column("at_ns"), 0)).astype(np.int64)
+    end_at = numbers(pc.fill_null(ends.column("at_ns"), 0)).astype(np.int64)
     order = candidates[np.lexsort(tuple(
-        _numbers(pc.fill_null(ends.column(c), 0)).astype(np.int64)[candidates] for c in ("copy", "mono_ns"))
+        numbers(pc.fill_null(ends.column(c), 0)).astype(np.int64)[candidates] for c in ("copy", "mono_ns"))
         + (end_at[candidates], theirs[candidates]))]
-    commit_at = _numbers(pc.fill_null(commits.column("at_ns"), 0)).astype(np.int64)
-    offered, wanted = _joint((theirs[order], end_at[order]), (mine, commit_at))
+    commit_at = numbers(pc.fill_null(commits.column("at_ns"), 0)).astype(np.int64)
+    offered, wanted = joint((theirs[order], end_at[order]), (mine, commit_at))
     at = np.minimum(np.searchsorted(offered, wanted, side="left"), len(order) - 1)
     found = arrived & (offered[at] >= wanted) & ((offered[at] >> 32) == mine)
     chosen[found] = order[at[found]]
@@ -206,11 +206,11 @@ def by_partition(rows: pa.Table, members: frozenset[str]) -> pa.Table:
     if rows.num_rows == 0:
         return CASE_SCHEMA.empty_table()
     names = pc.binary_join_element_wise(rows.column("topic"), pc.cast(rows.column("partition"), pa.string()), "\x00")
-    part = _numbers(pc.dictionary_encode(names.combine_chunks()).indices).astype(np.int64)
-    kind = _numbers(rows.column("kind")).astype(np.int64)
-    offset = _numbers(pc.fill_null(rows.column("offset"), 0)).astype(np.int64)
-    at = _numbers(pc.fill_null(rows.column("at_ns"), 0)).astype(np.int64)
-    listed = _numbers(pc.fill_null(rows.column("listed"), False)).astype(bool)
+    part = numbers(pc.dictionary_encode(names.combine_chunks()).indices).astype(np.int64)
+    kind = numbers(rows.column("kind")).astype(np.int64)
+    offset = numbers(pc.fill_null(rows.column("offset"), 0)).astype(np.int64)
+    at = numbers(pc.fill_null(rows.column("at_ns"), 0)).astype(np.int64)
+    listed = numbers(pc.fill_null(rows.column("listed"), False)).astype(bool)
     order = np.lexsort((at, offset, part))
     bounds = np.searchsorted(part[order], np.arange(part.max() + 2))
     links: dict[int, list[dict[str, Any]]] = defaultdict(list)

@@ -29,6 +29,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kproxy_spark.wire.arrow_groups import TXN_KEY, joint, numbers, session_ids, take_or_null
+
 #: What an EndTxn carries onto the records it decides (each prefixed `end_`).
 END_TXN_ATTRIBUTION = (
     "conn_id",
@@ -55,39 +57,6 @@ START, PRODUCED, FETCHED, MARKER = 0, 1, 2, 3
 #: their own, as they did in a window partitioned by producer_id.
 NO_PRODUCER = np.iinfo(np.int64).min
 
-#: A producer session's key: the synthetic transaction numbers are counted
-#: per (transactional id, producer id, epoch).
-TXN_KEY = ("txn_id", "txn_pid", "txn_epoch")
-
-
-def _take(column: pa.ChunkedArray | pa.Array, index: np.ndarray) -> pa.Array:
-    """column[index], null where index is negative."""
-    missing = index < 0
-    return pc.take(column, pa.array(np.where(missing, 0, index), mask=missing))
-
-
-def _numbers(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    return column.to_numpy(zero_copy_only=False)
-
-
-def _session_ids(*tables: pa.Table) -> list[np.ndarray]:
-    """One dense number per producer session, the same in every table."""
-    keys = [pc.binary_join_element_wise(*(pc.cast(t.column(c), pa.string()) for c in TXN_KEY), "\x00")
-            for t in tables]
-    every = pa.concat_arrays([chunk for key in keys for chunk in key.chunks]) if any(k.num_chunks for k in keys) \
-        else pa.array([], pa.string())
-    ids = _numbers(pc.dictionary_encode(every).indices).astype(np.int64)
-    return np.split(ids, np.cumsum([t.num_rows for t in tables])[:-1])
-
-
-def _joint(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, ...]:
-    """(group, value) pairs of two sides as one int64 each that sorts as the
-    pair does: the values ranked over both sides, below the group."""
-    ranks = np.unique(np.concatenate([first[1], second[1]]), return_inverse=True)[1].astype(np.int64)
-    size = len(first[1])
-    return first[0] << 32 | ranks[:size], second[0] << 32 | ranks[size:]
-
-
 def decide_attempts(attempts: pa.Table, ends: pa.Table) -> pa.Table:
     """Landed attempts (every column kept), each with the END_COLUMNS of the
     EndTxn that decides it, prefixed `end_` (null when none does).
@@ -101,51 +70,51 @@ def decide_attempts(attempts: pa.Table, ends: pa.Table) -> pa.Table:
         return pa.table({})
     chosen = np.full(attempts.num_rows, -1, dtype=np.int64)
     if ends.num_rows:
-        mine, theirs = _session_ids(attempts, ends)
+        mine, theirs = session_ids(attempts, ends)
         ends = ends.append_column("_session", pa.array(theirs))
         # The next EndTxn of the session: at the same instant, the least by
         # its attribution, so the choice does not depend on row order.
-        order = _numbers(pc.sort_indices(ends, sort_keys=[
+        order = numbers(pc.sort_indices(ends, sort_keys=[
             ("_session", "ascending"), ("end_delivery_ns", "ascending"),
             *[(f"end_{c}", "ascending") for c in END_COLUMNS]])).astype(np.int64)
-        wanted, offered = _joint((mine, _numbers(attempts.column("produce_delivery_ns"))),
-                                 (theirs[order], _numbers(ends.column("end_delivery_ns"))[order]))
+        wanted, offered = joint((mine, numbers(attempts.column("produce_delivery_ns"))),
+                                 (theirs[order], numbers(ends.column("end_delivery_ns"))[order]))
         at = np.minimum(np.searchsorted(offered, wanted, side="left"), len(order) - 1)
         nxt = np.where((offered[at] >= wanted) & (offered[at] >> 32 == mine), order[at], -1)
-        commit = _numbers(pc.is_valid(ends.column("end_end_txn_commit")))
+        commit = numbers(pc.is_valid(ends.column("end_end_txn_commit")))
         use_next = (nxt >= 0) & commit[np.maximum(nxt, 0)]
         chosen = np.where(use_next, nxt, -1)
         # Else the first EndTxn delivered for the record's broker-side number.
-        numbered = _numbers(pc.is_valid(ends.column("end_txn_broker")))
-        needed = ~use_next & _numbers(pc.is_valid(attempts.column("txn_broker")))
+        numbered = numbers(pc.is_valid(ends.column("end_txn_broker")))
+        needed = ~use_next & numbers(pc.is_valid(attempts.column("txn_broker")))
         if numbered.any() and needed.any():
-            order = _numbers(pc.sort_indices(ends, sort_keys=[
+            order = numbers(pc.sort_indices(ends, sort_keys=[
                 ("end_delivery_ns", "ascending"), ("end_mono_ns", "ascending"),
                 ("end_copy", "ascending")])).astype(np.int64)
             order = order[numbered[order]]
-            deciders, asked = _joint(
-                (theirs[order], _numbers(ends.column("end_txn_broker"))[order].astype(np.int64)),
-                (mine[needed], _numbers(attempts.column("txn_broker").filter(pa.array(needed))).astype(np.int64)))
+            deciders, asked = joint(
+                (theirs[order], numbers(ends.column("end_txn_broker"))[order].astype(np.int64)),
+                (mine[needed], numbers(attempts.column("txn_broker").filter(pa.array(needed))).astype(np.int64)))
             firsts, where = np.unique(deciders, return_index=True)  # the first of each, in delivery order
             at = np.minimum(np.searchsorted(firsts, asked), len(firsts) - 1)
             chosen[needed] = np.where(firsts[at] == asked, order[where[at]], -1)
     decided = attempts
     for name in (f"end_{c}" for c in END_COLUMNS):
-        decided = decided.append_column(name, _take(ends.column(name), chosen) if ends.num_rows else
+        decided = decided.append_column(name, take_or_null(ends.column(name), chosen) if ends.num_rows else
                                         pa.nulls(attempts.num_rows, ends.schema.field(name).type))
     return decided
 
 
 def _first_known(column: pa.ChunkedArray, starts: np.ndarray, rows: int) -> pa.Array:
     """Per run of rows beginning at `starts`, the run's first non-null value of `column`."""
-    valid = _numbers(pc.is_valid(column))
+    valid = numbers(pc.is_valid(column))
     candidate = np.where(valid, np.arange(rows), rows)
     first = np.minimum.reduceat(candidate, starts)
-    return _take(column, np.where(first == rows, -1, first))
+    return take_or_null(column, np.where(first == rows, -1, first))
 
 
 def _producers(column: pa.ChunkedArray) -> np.ndarray:
-    return _numbers(pc.fill_null(column.cast(pa.int64()), NO_PRODUCER))
+    return numbers(pc.fill_null(column.cast(pa.int64()), NO_PRODUCER))
 
 
 #: Marker fates, in the order of the codes `_marker_fates` gives them.
@@ -188,7 +157,7 @@ def _changes(*columns: pa.ChunkedArray) -> np.ndarray:
     changed[:1] = True
     for column in columns:
         if size > 1:
-            changed[1:] |= _numbers(pc.fill_null(pc.not_equal(column[1:], column[:-1]), True))
+            changed[1:] |= numbers(pc.fill_null(pc.not_equal(column[1:], column[:-1]), True))
     return changed
 
 
@@ -207,7 +176,7 @@ def fold_partitions(rows: pa.Table, names: list[str]) -> pa.Table:
     rows = rows.take(pc.sort_indices(rows, sort_keys=[
         ("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending"), ("kind", "ascending"),
         ("produce_delivery_ns", "ascending"), ("produce_copy", "ascending")]))
-    kinds = _numbers(rows.column("kind")).astype(np.int8)
+    kinds = numbers(rows.column("kind")).astype(np.int8)
     part = np.cumsum(_changes(rows.column("topic"), rows.column("partition")))
     is_record = (kinds == PRODUCED) | (kinds == FETCHED)
     records = rows.filter(pa.array(is_record))
@@ -224,7 +193,7 @@ def fold_partitions(rows: pa.Table, names: list[str]) -> pa.Table:
         if name == "seen_in_fetch":
             columns[name] = pa.array(np.maximum.reduceat(record_kind == FETCHED, starts))
         elif name.startswith("end_"):
-            columns[name] = _take(records.column(name), attempt)
+            columns[name] = take_or_null(records.column(name), attempt)
         elif name not in ("marker_fate", "next_marker_fate"):
             columns[name] = _first_known(records.column(name), starts, size)
     # The timeline: the log's records (one per offset), the markers and the aborted-transaction starts.
@@ -233,7 +202,7 @@ def fold_partitions(rows: pa.Table, names: list[str]) -> pa.Table:
     timeline_kinds = np.concatenate([np.full(logged, PRODUCED, np.int8), kinds[bounds]])
     fates, nexts = _marker_fates(
         np.concatenate([part[is_record][starts], part[bounds]]),
-        np.concatenate([_numbers(columns["offset"]), _numbers(rows.column("offset"))[bounds]]).astype(np.int64),
+        np.concatenate([numbers(columns["offset"]), numbers(rows.column("offset"))[bounds]]).astype(np.int64),
         np.concatenate([_producers(columns["producer_id"]), _producers(rows.column("producer_id").filter(
             pa.array(bounds)))]),
         timeline_kinds,
