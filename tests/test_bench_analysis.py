@@ -23,7 +23,8 @@ def run(**overrides) -> dict:
     base = {
         "ops": 100_000, "traces": True, "history_lines": 200_831, "history_bytes": 32_000_000,
         "trace_events": 249_000, "trace_bytes": 370_000_000, "generated_s": None, "wall_s": 138.25, "cpu_s": 201.5,
-        "jit_cpu_s": 60.25,
+        "jit_cpu_s": 60.25, "cpu_parts_s": {"jit": 60.25, "planning": 20.5, "tasks": 70.0, "jvm other": 5.0,
+                                           "python": 45.75},
         "ops_per_s": 723.3, "exit_code": 0, "timed_out": False, "valid": True, "errors": [],
         "spark_jobs": 7, "spark_stages": 12, "phases_s": {"history": 10.0}, "analysis_elapsed_s": 130.0,
         "peak_rss_bytes": 3 * (1 << 30) + (1 << 29), "python_peak_rss_bytes": 160 << 20,
@@ -49,7 +50,7 @@ def test_sizes_take_suffixes_and_refuse_nonsense():
 def test_table_lines_up_every_run_and_says_what_each_column_is():
     table = format_table(result(
         run(ops=10, traces=False, wall_s=41.0, ops_per_s=0.2439, spark_jobs=None, peak_rss_bytes=1500 << 20,
-            jit_cpu_s=None),
+            jit_cpu_s=None, cpu_parts_s=None),
         run(),
         run(ops=1_000_000, wall_s=3600.0, ops_per_s=277.8, timed_out=True, exit_code=None, valid=None,
             spark_jobs=None, log="/w/runs/big/analyze.log"),
@@ -59,10 +60,10 @@ def test_table_lines_up_every_run_and_says_what_each_column_is():
     header, rule, *rows = table[:7]
     assert header.split("  ")[0] == "history ops" and "peak driver RSS" in header
     assert set(rule.replace(" ", "")) == {"-"}
-    assert rows[0].split() == ["10", "no", "41.0", "s", "201.5", "s", "n/a", "1.2", "->", "2.5", "0.244", "n/a", "12",
-                               "1.5", "GiB", "valid"]
-    assert rows[1].split() == ["100,000", "yes", "138.2", "s", "201.5", "s", "60.2", "s", "1.2", "->", "2.5", "723",
-                               "7", "12", "3.5", "GiB", "valid"]
+    assert rows[0].split() == ["10", "no", "41.0", "s", "201.5", "s", "n/a", "n/a", "n/a", "n/a", "1.2", "->", "2.5",
+                               "0.244", "n/a", "12", "1.5", "GiB", "valid"]
+    assert rows[1].split() == ["100,000", "yes", "138.2", "s", "201.5", "s", "60.2", "s", "20.5", "s", "70.0", "s",
+                               "45.8", "s", "1.2", "->", "2.5", "723", "7", "12", "3.5", "GiB", "valid"]
     assert rows[2].endswith("timed out") and " n/a " in rows[2]
     assert rows[3].endswith("INVALID: G1a, lost-write")
     assert rows[4].endswith("failed (exit 3)")
@@ -167,16 +168,24 @@ def test_the_cpu_time_of_a_process_tree_counts_its_children(tmp_path: Path):
     # The child's second and the parent's half, less at most a sampling interval of each.
     assert 1.3 <= finished.cpu_s <= 1.5 + 0.5, finished.cpu_s
     assert finished.jit_cpu_s == 0  # no JVM among them
+    assert finished.parts_cpu_s["python"] == finished.cpu_s  # every process of it is not a JVM
+    assert sum(finished.parts_cpu_s.values()) == finished.parts_cpu_s["python"]
 
 
-# A JVM that runs a hot loop for 1.5 s: its JIT compiles the loop (and, launched from source, javac).
+# A JVM that runs a hot loop for 1.5 s on a thread Java names Thread-0, as py4j's threads are named: its
+# JIT compiles the loop (and, launched from source, javac), and the loop's CPU is "planning".
 HOT_LOOP = """
 public class Hot {
     static long step(long x) { return (x * 31 + 7) ^ (x >>> 3); }
-    public static void main(String[] args) {
-        long until = System.nanoTime() + 1_500_000_000L, s = 0;
-        while (System.nanoTime() < until) for (int i = 0; i < 1000; i++) s = step(s + i);
-        System.out.println(s != 42 ? "done" : "unlikely");
+    public static void main(String[] args) throws InterruptedException {
+        long[] s = {0};
+        Thread loop = new Thread(() -> {
+            long until = System.nanoTime() + 1_500_000_000L;
+            while (System.nanoTime() < until) for (int i = 0; i < 1000; i++) s[0] = step(s[0] + i);
+        });
+        loop.start();
+        loop.join();
+        System.out.println(s[0] != 42 ? "done" : "unlikely");
     }
 }
 """
@@ -189,6 +198,11 @@ def test_the_jit_compiler_threads_of_a_jvm_in_the_tree_are_counted_apart(tmp_pat
     finished = run_tree([java, str(tmp_path / "Hot.java")], tmp_path / "log", timeout_s=60, sample_interval_s=0.05)
     assert finished.exit_code == 0 and (tmp_path / "log").read_text() == "done\n", (tmp_path / "log").read_text()
     assert 0 < finished.jit_cpu_s < finished.cpu_s, (finished.jit_cpu_s, finished.cpu_s)
+    parts = finished.parts_cpu_s
+    assert parts["jit"] == finished.jit_cpu_s and parts["python"] == 0 and parts["tasks"] == 0, parts
+    # The loop's 1.5 s, less at most a sampling interval.
+    assert 1.3 <= parts["planning"] <= 1.6, parts
+    assert sum(parts.values()) <= finished.cpu_s + 0.01, (parts, finished.cpu_s)
 
 
 def test_proxy_benchmark_options_do_not_pass_silently_to_a_subcommand():

@@ -150,6 +150,7 @@ def measure(config: AnalysisBenchConfig, inputs: Inputs, with_traces: bool) -> d
         "ops_per_s": round(inputs.ops / finished.wall_s, 3),
         "cpu_s": finished.cpu_s,
         "jit_cpu_s": finished.jit_cpu_s,
+        "cpu_parts_s": finished.parts_cpu_s,
         "exit_code": finished.exit_code,
         "timed_out": finished.exit_code is None,
         "valid": report.get("valid") if report else None,

@@ -13,6 +13,9 @@ COLUMNS = (
     ("wall time", ">"),
     ("CPU time", ">"),
     ("of it JIT", ">"),
+    ("planning", ">"),
+    ("tasks", ">"),
+    ("Python", ">"),
     ("1-min load", ">"),
     ("ops/s", ">"),
     ("Spark jobs", ">"),
@@ -27,6 +30,12 @@ NOTES = (
     "workers), sampled every 0.2 s; against the wall time it says how much of the machine the run had",
     "of it JIT: the CPU time of the Spark JVM's JIT compiler threads (C1, C2), sampled alike: a new JVM "
     "compiles the generated code of every stage it runs",
+    "planning: the CPU of the Spark JVM's threads that serve the driver's calls (py4j names them Thread-N, as "
+    "Java names any unnamed thread): building the analysis's DataFrames and planning its jobs",
+    "tasks: the CPU of the JVM's executor task threads, the rows' work on the JVM's side",
+    "Python: the CPU of every process but the JVM: the driver, PySpark's Python workers (the grouped passes, "
+    "the trace's decoding) and the history's line check; the JVM's other threads (start-up, the collector, "
+    "Spark's scheduler) make up the rest of the CPU time",
     "1-min load: the machine's load average when the run started -> when it ended",
     "ops/s: the history's completed operations / wall time",
     "Spark jobs, stages: stats.spark_jobs and stats.spark_stages of the report (n/a: the analysis did not "
@@ -72,6 +81,7 @@ def row(run: dict[str, Any]) -> tuple[str, ...]:
         f"{run['wall_s']:.1f} s",
         NOT_REPORTED if run.get("cpu_s") is None else f"{run['cpu_s']:.1f} s",
         NOT_REPORTED if run.get("jit_cpu_s") is None else f"{run['jit_cpu_s']:.1f} s",
+        *_parts(run.get("cpu_parts_s")),
         f"{run['load_1m_start']:.1f} -> {run['load_1m_end']:.1f}",
         rate(run["ops_per_s"]),
         NOT_REPORTED if jobs is None else str(jobs),
@@ -79,6 +89,12 @@ def row(run: dict[str, Any]) -> tuple[str, ...]:
         human_bytes(run["peak_rss_bytes"]),
         verdict(run),
     )
+
+
+def _parts(parts: dict[str, float] | None) -> tuple[str, ...]:
+    """The planning, tasks and Python cells (n/a for a run recorded before the bench split its CPU)."""
+    return tuple(NOT_REPORTED if not parts or parts.get(part) is None else f"{parts[part]:.1f} s"
+                 for part in ("planning", "tasks", "python"))
 
 
 def format_table(result: dict[str, Any]) -> str:

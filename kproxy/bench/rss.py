@@ -10,7 +10,9 @@ Linux only: it reads /proc.
 from __future__ import annotations
 
 import os
+import re
 import threading
+from collections import Counter
 from pathlib import Path
 
 PROC = Path("/proc")
@@ -71,15 +73,35 @@ def descendants(pid: int) -> list[int]:
     return tree
 
 
-#: How Linux names a HotSpot JVM's JIT compiler threads ("C2 CompilerThread0", cut to 15 characters).
+#: How Linux names (its first 15 characters) the threads of a Spark JVM whose CPU the bench tells apart.
 JIT_THREAD_NAMES = ("C1 CompilerThre", "C2 CompilerThre")
+TASK_THREAD_NAME = "Executor task l"  # "Executor task launch worker for task N"
+_UNNAMED_THREAD = re.compile(r"Thread-\d+")
+
+#: The parts of an analysis's CPU (PeakTreeRss.parts_cpu_s), in the order the bench tells them.
+PARTS = ("jit", "planning", "tasks", "jvm other", "python")
 
 
-def _thread_is_jit(pid: int, tid: str) -> bool:
+def thread_part(name: str) -> str:
+    """Which part of a JVM's CPU a thread's is, by its name: its JIT compilers ("jit"); Spark's executor
+    tasks ("tasks"); the threads named Thread-N ("planning"), which is how py4j's threads are named: a
+    JVM thread serves each Python thread that calls into it, and there the driver's DataFrames are built
+    and its jobs planned (a JVM's other unnamed threads are named alike and counted there too); or the
+    rest ("jvm other": start-up, the collector, Spark's scheduler and services)."""
+    if name.startswith(JIT_THREAD_NAMES):
+        return "jit"
+    if name.startswith(TASK_THREAD_NAME):
+        return "tasks"
+    if _UNNAMED_THREAD.fullmatch(name.strip()):
+        return "planning"
+    return "jvm other"
+
+
+def _comm(path: Path) -> str | None:
     try:
-        return (PROC / str(pid) / "task" / tid / "comm").read_text().startswith(JIT_THREAD_NAMES)
+        return path.read_text().rstrip("\n")
     except OSError:
-        return False  # exited while we looked
+        return None  # exited while we looked
 
 
 def _stat_ticks(stat_path: Path) -> tuple[str, int] | None:
@@ -105,11 +127,13 @@ class PeakTreeRss:
     mark as last seen (growth in its final interval before exit is missed).
     `cpu_s`: the CPU time (user + system) of every process seen in the tree,
     each as last sampled (a process's final interval is missed, as is a
-    process that lived less than one interval). `jit_cpu_s`: of it, the JIT
-    compiler threads' of any JVM in the tree, sampled alike: a fresh Spark JVM
-    compiles the generated code of every stage it runs, and on two cores that
-    is CPU the analysis does not get (docs/performance-analysis.md). A context
-    manager: sampling stops on exit."""
+    process that lived less than one interval). `parts_cpu_s`: the same CPU
+    by part (PARTS): a JVM's by its threads' names (thread_part), every other
+    process's as "python" (in an analysis: the driver, the history's line
+    check, PySpark's daemon and workers); `jit_cpu_s` is its "jit": a fresh
+    Spark JVM compiles the generated code of every stage it runs, and on two
+    cores that is CPU the analysis does not get (docs/performance-analysis.md).
+    A context manager: sampling stops on exit."""
 
     def __init__(self, pid: int, interval_s: float = 0.2) -> None:
         self.pid = pid
@@ -117,10 +141,10 @@ class PeakTreeRss:
         self.peak = 0
         self.root_peak = 0
         self._ticks: dict[tuple[int, str], int] = {}
-        # (pid, start time, thread id) -> whether it is a JIT compiler thread (its name is read once),
-        # and the compiler threads' ticks as last sampled.
-        self._is_jit: dict[tuple[int, str, str], bool] = {}
-        self._jit_ticks: dict[tuple[int, str, str], int] = {}
+        self._jvm: dict[tuple[int, str], bool] = {}  # (pid, start time) -> whether it is a JVM
+        # (pid, start time, thread id) -> its part (its name is read once), and its ticks as last sampled.
+        self._thread_parts: dict[tuple[int, str, str], str] = {}
+        self._thread_ticks: dict[tuple[int, str, str], int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name=f"rss-{pid}", daemon=True)
 
@@ -129,23 +153,34 @@ class PeakTreeRss:
         return sum(self._ticks.values()) / os.sysconf("SC_CLK_TCK")
 
     @property
-    def jit_cpu_s(self) -> float:
-        return sum(self._jit_ticks.values()) / os.sysconf("SC_CLK_TCK")
+    def parts_cpu_s(self) -> dict[str, float]:
+        ticks: Counter[str] = Counter()
+        for key, seen in self._thread_ticks.items():
+            ticks[self._thread_parts[key]] += seen
+        for key, seen in self._ticks.items():
+            if not self._jvm.get(key):
+                ticks["python"] += seen
+        return {part: ticks[part] / os.sysconf("SC_CLK_TCK") for part in PARTS}
 
-    def _sample_jit(self, pid: int, start: str) -> None:
+    @property
+    def jit_cpu_s(self) -> float:
+        return self.parts_cpu_s["jit"]
+
+    def _sample_threads(self, pid: int, start: str) -> None:
         try:
             threads = os.listdir(PROC / str(pid) / "task")
         except OSError:
             return
         for tid in threads:
             key = (pid, start, tid)
-            is_jit = self._is_jit.get(key)
-            if is_jit is None:
-                is_jit = self._is_jit[key] = _thread_is_jit(pid, tid)
-            if is_jit:
-                seen = _stat_ticks(PROC / str(pid) / "task" / tid / "stat")
-                if seen is not None:
-                    self._jit_ticks[key] = seen[1]
+            if key not in self._thread_parts:
+                name = _comm(PROC / str(pid) / "task" / tid / "comm")
+                if name is None:
+                    continue
+                self._thread_parts[key] = thread_part(name)
+            seen = _stat_ticks(PROC / str(pid) / "task" / tid / "stat")
+            if seen is not None:
+                self._thread_ticks[key] = seen[1]
 
     def _sample(self) -> None:
         while not self._stop.is_set():
@@ -154,9 +189,15 @@ class PeakTreeRss:
             self.root_peak = max(self.root_peak, hwm_bytes(self.pid))
             for pid in tree:
                 seen = cpu_ticks(pid)
-                if seen is not None:
-                    self._ticks[(pid, seen[0])] = seen[1]
-                    self._sample_jit(pid, seen[0])
+                if seen is None:
+                    continue
+                key = (pid, seen[0])
+                self._ticks[key] = seen[1]
+                # Read again until it is a JVM: a child is named as its parent between its fork and its exec.
+                if not self._jvm.get(key):
+                    self._jvm[key] = _comm(PROC / str(pid) / "comm") == "java"
+                if self._jvm[key]:
+                    self._sample_threads(pid, seen[0])
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> PeakTreeRss:

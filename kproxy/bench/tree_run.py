@@ -28,6 +28,7 @@ class TreeRun:
     own_peak_rss_bytes: int  # the process alone: its high-water mark (VmHWM) as last sampled
     cpu_s: float  # user + system CPU of the process and its descendants, sampled (PeakTreeRss.cpu_s)
     jit_cpu_s: float  # of it, the JIT compiler threads' of any JVM among them (PeakTreeRss.jit_cpu_s)
+    parts_cpu_s: dict[str, float]  # the CPU by part: JIT, planning, tasks, the JVM's other, Python (PeakTreeRss)
 
 
 GONE_TIMEOUT_S = 10.0
@@ -77,4 +78,5 @@ def run_tree(command: list[str], log_path: Path, timeout_s: float, sample_interv
         wall_s = time.monotonic() - started
         wait_group_gone(process.pid)
     return TreeRun(process.pid, None if stopped.is_set() else exit_code, wall_s, sampler.peak, sampler.root_peak,
-                   round(sampler.cpu_s, 2), round(sampler.jit_cpu_s, 2))
+                   round(sampler.cpu_s, 2), round(sampler.jit_cpu_s, 2),
+                   {part: round(cpu, 2) for part, cpu in sampler.parts_cpu_s.items()})
