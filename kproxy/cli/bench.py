@@ -168,7 +168,9 @@ def analysis(sizes, traces_mode, master, seed, timeout, work_dir, out) -> None: 
     runs on it as a subprocess, the way a user runs it, with and/or without
     the traces. The table gives, per run: wall time (Spark's start
     included), the CPU time of the analysis and every process it started
-    and of it the Spark JVM's JIT compilers', the machine's 1-minute load
+    and of it the Spark JVM's JIT compilers', its threads that plan for the
+    driver (py4j's), its executor tasks' and the Python processes' (the
+    driver and the workers), the machine's 1-minute load
     at the run's start and end, operations per second, the Spark jobs and
     stages the analysis ran (from the report's stats.spark_jobs and
     stats.spark_stages), the peak RSS of the driver (the Python process and
