@@ -1,12 +1,13 @@
-"""What a long analysis is doing, every few seconds, while its Spark jobs run.
+"""What a long analysis is doing, every 10 seconds, while its Spark jobs run.
 
 The analysis prints a line as each phase ends; a phase of a large input runs
 for minutes (a million operations' history checks, a large trace's wire
 checks), and nothing was printed meanwhile. While `watch_jobs` runs, a line
-names every running job of the analysis by its description, each running
-stage's tasks done of its total, and the rows the analysis's stages have read
-so far (their input and shuffle records, from Spark's status store, counted as
-tasks finish): a user can tell a slow analysis from a stuck one.
+names every running job of the analysis by its description, with its stages
+done and running and the running stages' tasks done of all, and the rows the
+analysis's stages have read so far (their input and shuffle records, from
+Spark's status store, counted as tasks finish): a user can tell a slow
+analysis from a stuck one.
 
 On Spark Connect the status comes from Connect's progress handler, which
 gives tasks and bytes read, not rows or job descriptions.
