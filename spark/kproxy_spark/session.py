@@ -409,16 +409,19 @@ def keep(frame, held: list | None = None):  # noqa: ANN001, ANN201 - DataFrame -
     return kept
 
 
-def rows_frame(spark, rows: list[tuple], columns: list[tuple[str, str]]):  # noqa: ANN001, ANN201 - -> DataFrame
-    """A few driver-side `rows` as a frame, handed over as Arrow, which the JVM
-    reads itself. A list of rows is unpickled by a Python worker, and that
-    path's workers are not the SQL functions' (their environment differs), so
-    it started a second Python daemon for a handful of rows: 2 of a small
-    analysis's 18 stages and a process. `columns`: (name, pyarrow type name)
-    pairs, e.g. ("offset", "int64")."""
+def rows_table(rows: list[tuple], columns: list[tuple[str, str]]):  # noqa: ANN201 - a pyarrow.Table
+    """`rows` as an Arrow table of `columns`: (name, pyarrow type name) pairs, e.g. ("offset", "int64")."""
     import pyarrow as pa
 
     cells = list(zip(*rows)) if rows else [() for _ in columns]
-    return spark.createDataFrame(pa.table(
-        [pa.array(list(column), getattr(pa, kind)()) for column, (_, kind) in zip(cells, columns, strict=True)],
-        names=[name for name, _ in columns]))
+    return pa.table([pa.array(list(column), getattr(pa, kind)()) for column, (_, kind) in zip(cells, columns, strict=True)],
+                    names=[name for name, _ in columns])
+
+
+def rows_frame(spark, rows: list[tuple], columns: list[tuple[str, str]]):  # noqa: ANN001, ANN201 - -> DataFrame
+    """A few driver-side `rows` as a frame, handed over as Arrow (rows_table), which the JVM
+    reads itself. A list of rows is unpickled by a Python worker, and that
+    path's workers are not the SQL functions' (their environment differs), so
+    it started a second Python daemon for a handful of rows: 2 of a small
+    analysis's 18 stages and a process."""
+    return spark.createDataFrame(rows_table(rows, columns))

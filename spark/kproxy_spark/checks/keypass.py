@@ -36,7 +36,7 @@ from kproxy_spark.checks.keyview import Event
 from kproxy_spark.checks.membership import Membership, collect_membership
 from kproxy_spark.checks.op_events import events_of, key_events
 from kproxy_spark.gc_pause import collector_paused
-from kproxy_spark.session import pass_partitions, rows_frame, storage_level
+from kproxy_spark.session import pass_partitions, rows_frame, rows_table, storage_level
 
 #: The pass's output, one row per finding: a case (check, key, sort, case
 #: JSON); an edge ('~edge' and the edge's fields); an unseen delta
@@ -61,14 +61,12 @@ OUTPUT_SCHEMA = StructType(
 EDGE, UNSEEN, MICRO_OPS, PROVEN, UNPROVEN = "~edge", "~unseen", "~micro-ops", "~proven", "~unproven"
 
 
-def _output(rows: list[tuple]):  # noqa: ANN202
-    import pyarrow as pa
+#: OUTPUT_SCHEMA as rows_table's columns.
+OUTPUT_COLUMNS = [(f.name, "int64" if isinstance(f.dataType, LongType) else "string") for f in OUTPUT_SCHEMA.fields]
 
-    columns = list(zip(*rows)) if rows else [[] for _ in OUTPUT_SCHEMA.fields]
-    return pa.table(
-        {f.name: pa.array(list(c), type=pa.int64() if isinstance(f.dataType, LongType) else pa.string())
-         for f, c in zip(OUTPUT_SCHEMA.fields, columns)}
-    )
+
+def _output(rows: list[tuple]):  # noqa: ANN202
+    return rows_table(rows, OUTPUT_COLUMNS)
 
 
 def key_rows(key: int, events: list[Event], ww_deps: bool, bucket_ns: int,
