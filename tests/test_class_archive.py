@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -92,3 +93,19 @@ def test_jars_written_again_name_another_archive(tmp_path, monkeypatch):
     first = archive_path()
     os.utime(jars / "spark-core.jar", ns=(1_000_000_000, 1_000_000_000))
     assert archive_path() != first
+
+
+def test_a_writer_s_lock_is_waited_for_until_its_process_is_gone(tmp_path):
+    lock = tmp_path / "a.jsa.lock"
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    lock.write_text(str(writer.pid))
+    begun = time.monotonic()
+    class_archive._wait_for_writer(lock, timeout=30)
+    assert writer.poll() is not None or writer.wait(1) == 0  # returned once the writer had exited
+    assert time.monotonic() - begun >= 0.4
+    lock.write_text("")  # a lock whose writer has not named itself yet is waited for, up to the timeout
+    begun = time.monotonic()
+    class_archive._wait_for_writer(lock, timeout=0.5)
+    assert 0.5 <= time.monotonic() - begun < 5
+    lock.unlink()
+    class_archive._wait_for_writer(lock, timeout=30)  # no lock: no writer

@@ -177,6 +177,19 @@ def _take(lock: Path) -> bool:
     return False
 
 
+def _wait_for_writer(lock: Path, timeout: float) -> None:
+    """Until the process named in `lock` is gone (or `timeout`): it is writing the archive."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            owner = int(lock.read_text() or "0")
+        except (OSError, ValueError):
+            return  # no lock: no writer
+        if owner and not pid_alive(owner):
+            return
+        time.sleep(0.2)
+
+
 def write() -> Path | None:
     """Write this Java and Spark's archive if there is none: a local session
     that runs one small analysis (the engine's warm-up), so the archive holds
@@ -191,6 +204,10 @@ def write() -> Path | None:
     code = ("from kproxy_spark.session import get_session; from kproxy.engine.warm_up import warm_up; "
             "warm_up(get_session('local[2]', app_name='kproxy-class-archive', quick_start=True))")
     done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode == 0 and not path.is_file():
+        # Another driver held the right to write it (a session starting at the
+        # same time): its archive comes when that driver's JVM exits.
+        _wait_for_writer(path.with_name(path.name + ".lock"), WRITE_WAIT_S)
     if done.returncode != 0 or not path.is_file():
         raise RuntimeError(f"the class archive {path} was not written (exit {done.returncode}; another process"
                            f" may be writing it):\n{done.stderr[-3000:]}")
