@@ -3,13 +3,15 @@ real child processes, their output in a log, a port waited for, SIGTERM then SIG
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from kproxy.brokers.process import free_port, running_process, spawn, stop_process, wait_or_kill
+from kproxy.brokers.process import free_port, pid_alive, running_process, spawn, stop_process, wait_or_kill
 
 # Prints to both streams, listens on argv[1] if given, and ignores SIGTERM if told to.
 CHILD = """
@@ -60,3 +62,15 @@ def test_running_process_yields_once_the_port_listens_and_stops_after(tmp_path: 
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass
     assert child.poll() == -signal.SIGTERM
+
+
+def test_a_process_is_alive_while_it_runs_and_not_once_it_exited_unreaped() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    assert pid_alive(child.pid) and pid_alive(os.getpid())
+    child.stdin.close()
+    deadline = time.monotonic() + 10
+    while pid_alive(child.pid):  # a zombie until waited for: not alive (a lock naming it is free)
+        assert time.monotonic() < deadline, "an exited child still counted as alive"
+        time.sleep(0.05)
+    assert child.wait(1) == 0 and not pid_alive(child.pid)
+    assert not pid_alive("1234") and not pid_alive(None)

@@ -32,7 +32,10 @@ class BrokerError(RuntimeError):
 
 
 def pid_alive(pid: object) -> bool:
-    """Whether a process of this pid exists (one of another user's counts); anything but an int is no process."""
+    """Whether a process of this pid runs (one of another user's counts); anything but an int is no process.
+
+    A zombie (exited, not yet waited for by its parent) is not running: a lock
+    or a state file naming it belongs to no one."""
     if not isinstance(pid, int):
         return False
     try:
@@ -41,7 +44,12 @@ def pid_alive(pid: object) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split(None, 1)[0]
+    except (OSError, IndexError):
+        return True  # no /proc here: the signal's answer stands
+    return state != b"Z"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

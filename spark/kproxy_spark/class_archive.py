@@ -203,11 +203,17 @@ def write() -> Path | None:
     # A process of its own: the archive is written as its JVM exits.
     code = ("from kproxy_spark.session import get_session; from kproxy.engine.warm_up import warm_up; "
             "warm_up(get_session('local[2]', app_name='kproxy-class-archive', quick_start=True))")
-    done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode == 0 and not path.is_file():
-        # Another driver held the right to write it (a session starting at the
-        # same time): its archive comes when that driver's JVM exits.
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
+        if done.returncode != 0 or path.is_file():
+            break
+        # Another driver held the right to write it (one starting at the same
+        # time): its archive comes when its JVM exits, unless that JVM exits
+        # badly (killed, or a cluster's driver), and then this one tries again.
         _wait_for_writer(path.with_name(path.name + ".lock"), WRITE_WAIT_S)
+        if path.is_file():
+            break
     if done.returncode != 0 or not path.is_file():
         raise RuntimeError(f"the class archive {path} was not written (exit {done.returncode}; another process"
                            f" may be writing it):\n{done.stderr[-3000:]}")
