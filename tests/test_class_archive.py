@@ -109,3 +109,14 @@ def test_a_writer_s_lock_is_waited_for_until_its_process_is_gone(tmp_path):
     assert 0.5 <= time.monotonic() - begun < 5
     lock.unlink()
     class_archive._wait_for_writer(lock, timeout=30)  # no lock: no writer
+
+
+@pytest.mark.spark
+def test_a_process_whose_driver_runs_takes_no_right_to_write_the_archive(spark, tmp_path, monkeypatch):
+    from kproxy_spark.session import get_session
+
+    monkeypatch.setenv("KPROXY_CLASS_ARCHIVE_DIR", str(tmp_path))
+    # A one-off run's settings in a process that already has a driver: it is handed that one, starts no
+    # JVM, so it neither writes the archive nor keeps others from writing it until the process exits.
+    assert get_session("local[2]", quick_start=True) is spark
+    assert list(tmp_path.iterdir()) == []

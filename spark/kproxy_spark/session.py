@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from kproxy_spark.class_archive import ClassArchive
@@ -95,7 +96,11 @@ def get_session(
         java_options += QUICK_JIT
     # Spark's classes mapped from an archive instead of read from its jars; a
     # one-off run writes the archive when there is none (kproxy_spark.class_archive).
-    archive = ClassArchive.for_driver(may_write=quick_start)
+    # A process whose driver already runs is handed that one (getOrCreate) and
+    # starts no JVM: it must not take the right to write the archive, which it
+    # would hold until it exits (a test worker, the whole suite) while writing nothing.
+    launching = SparkContext._active_spark_context is None
+    archive = ClassArchive.for_driver(may_write=quick_start) if launching else ClassArchive(None)
     java_options += archive.java_options()
     builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options))
     for name, setting in (conf or {}).items():
