@@ -113,10 +113,12 @@ def test_a_writer_s_lock_is_waited_for_until_its_process_is_gone(tmp_path):
 
 @pytest.mark.spark
 def test_a_process_whose_driver_runs_takes_no_right_to_write_the_archive(spark, tmp_path, monkeypatch):
+    from kproxy.testing.verdict import SMALL_TRACE_CONF
     from kproxy_spark.session import get_session
 
     monkeypatch.setenv("KPROXY_CLASS_ARCHIVE_DIR", str(tmp_path))
     # A one-off run's settings in a process that already has a driver: it is handed that one, starts no
     # JVM, so it neither writes the archive nor keeps others from writing it until the process exits.
-    assert get_session("local[2]", quick_start=True) is spark
+    # (With the shared session's own settings: getOrCreate sets them on the session every test uses.)
+    assert get_session("local[2]", quick_start=True, conf=SMALL_TRACE_CONF) is spark
     assert list(tmp_path.iterdir()) == []
