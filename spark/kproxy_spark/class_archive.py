@@ -153,6 +153,17 @@ def _prune(newest: Path) -> None:
             old.unlink()
 
 
+def _held(lock: Path) -> bool:
+    """Whether a writer holds `lock`: it names a live process, or names none
+    yet and is fresh (its writer has just made it)."""
+    try:
+        owner = int(lock.read_text() or "0")
+        age = time.time() - lock.stat().st_mtime
+    except (OSError, ValueError):
+        return False
+    return pid_alive(owner) if owner else age < 60
+
+
 def _take(lock: Path) -> bool:
     """The right to write the archive: a lock file naming its pid; one whose
     process is gone is taken over."""
@@ -160,13 +171,7 @@ def _take(lock: Path) -> bool:
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            try:
-                owner = int(lock.read_text() or "0")
-                age = time.time() - lock.stat().st_mtime
-            except (OSError, ValueError):
-                owner, age = 0, 0.0
-            # No pid yet: its writer has just made it.
-            if (owner and pid_alive(owner)) or (not owner and age < 60):
+            if _held(lock):
                 return False
             with contextlib.suppress(OSError):
                 lock.unlink()
@@ -178,15 +183,9 @@ def _take(lock: Path) -> bool:
 
 
 def _wait_for_writer(lock: Path, timeout: float) -> None:
-    """Until the process named in `lock` is gone (or `timeout`): it is writing the archive."""
+    """Until no writer holds `lock` (or `timeout`)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            owner = int(lock.read_text() or "0")
-        except (OSError, ValueError):
-            return  # no lock: no writer
-        if owner and not pid_alive(owner):
-            return
+    while _held(lock) and time.monotonic() < deadline:
         time.sleep(0.2)
 
 
