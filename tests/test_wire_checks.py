@@ -60,9 +60,11 @@ def test_a_column_function_and_a_list_of_columns_cross_in_one_call_each(spark):
     send = client.send_command
     client.send_command = lambda command, *rest, **named: sent.append(command) or send(command, *rest, **named)
     try:
-        F.col("id")
+        F.col("a name not asked for before")
         assert len(sent) == 1, sent  # the call alone: no look-up of the class or its member
         del sent[:]
+        F.col("a name not asked for before"), F.col("id")
+        assert sent == [], sent  # a name's column is asked for once
         columns = [F.col("id").alias(f"c{i}") for i in range(23)]
         del sent[:]
         picked = frame.select(*columns)
@@ -72,6 +74,22 @@ def test_a_column_function_and_a_list_of_columns_cross_in_one_call_each(spark):
         client.send_command = send
     assert picked.columns == [f"c{i}" for i in range(23)]
     assert picked.collect()[-1] == tuple([2] * 23)
+
+
+def test_a_reused_column_or_literal_is_the_one_its_arguments_name(spark):
+    from pyspark.sql import functions as F
+
+    frame = spark.range(3)
+    # Equal in Python, different literals in Spark: the type is part of what is reused.
+    picked = frame.select(F.lit(1).alias("one"), F.lit(True).alias("yes"), F.lit(1.5).alias("half"),
+                          F.lit("1").alias("text"), F.lit(None).alias("none"))
+    assert picked.dtypes == [("one", "int"), ("yes", "boolean"), ("half", "double"), ("text", "string"),
+                             ("none", "void")]
+    # One column object in two frames and twice in one: each resolves against its own frame.
+    other = spark.range(5, 7)
+    name = F.col("id")
+    assert [r[0] for r in frame.where(name > 0).select(name + name).collect()] == [2, 4]
+    assert [r[0] for r in other.where(F.col("id") > 5).select(F.col("id")).collect()] == [6]
 
 
 def test_torn_transaction_is_found_and_attributed_to_the_stale_end_txn(spark, tmp_path):
