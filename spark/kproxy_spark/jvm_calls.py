@@ -106,8 +106,9 @@ class ObjectListConverter:
         self._list_of = StaticMethods(JavaClass("java.util.List", gateway_client))
 
     def can_convert(self, value: Any) -> bool:
-        # Below three elements py4j's own conversion takes no more calls.
-        return isinstance(value, list) and len(value) >= 3 and all(isinstance(v, (JavaObject, str)) for v in value)
+        # py4j's own conversion is a call for the list and one per element: for one element as
+        # many calls as this one's two (List.of, the ArrayList), from two elements on more.
+        return isinstance(value, list) and len(value) >= 2 and all(isinstance(v, (JavaObject, str)) for v in value)
 
     def convert(self, value: list, gateway_client: Any) -> JavaObject:
         chunks = [value[i:i + LIST_OF_ARITY] for i in range(0, len(value), LIST_OF_ARITY)]
